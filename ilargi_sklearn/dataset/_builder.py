@@ -1,0 +1,430 @@
+"""Building a MultiSourceDataset from pandas DataFrames and join specifications.
+
+Joins are computed on key columns and row ids only: each join yields an index vector
+(target row -> row of the joined table), snowflake joins compose index vectors, and
+feature columns are encoded once per source table, never repeated per target row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+__all__ = ["Join", "from_frames"]
+
+How = Literal["inner", "left", "outer"]
+Impute = Literal["zero", "mean", "median"] | float | None
+
+
+@dataclass(frozen=True)
+class Join:
+    """How one table joins the dataset.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        The table to join (never modified).
+    on : str or list of str, optional
+        Key column(s) with the same name on both sides.
+    left_on, right_on : str or list of str, optional
+        Key column(s) of the left table (the base, or ``via``) and of ``table``.
+    features : list of str, default=()
+        Columns of ``table`` that become features, in this order.
+    how : {"inner", "left", "outer"}, default="left"
+        Join type. Unmatched target rows of a left or outer join take zeros for
+        this table's features.
+    name : str, optional
+        Source name used in feature names (``"{name}__{column}"``); default
+        ``"join{i}"``.
+    via : str, optional
+        Name of an earlier join whose table is the left side (snowflake schemas);
+        default the base table.
+    categorical : list of str, optional
+        Feature columns to one-hot encode even if numeric. Object, string, boolean-free
+        categorical dtypes are one-hot encoded automatically.
+    impute : {"zero", "mean", "median"} or float, optional
+        Replacement for NaN in this table's numeric features (computed over the
+        table's rows); default: NaN raises a ``ValueError``. For categorical features
+        any imputation maps NaN to an all-zero one-hot row.
+    indicator : bool, default=False
+        Add a feature ``"{name}__matched"`` that is 1 on target rows this table
+        matched and 0 elsewhere (useful with left joins).
+    """
+
+    table: pd.DataFrame
+    on: str | Sequence[str] | None = None
+    left_on: str | Sequence[str] | None = None
+    right_on: str | Sequence[str] | None = None
+    features: Sequence[str] = ()
+    how: How = "left"
+    name: str | None = None
+    via: str | None = None
+    categorical: Sequence[str] = field(default_factory=tuple)
+    impute: Impute = None
+    indicator: bool = False
+
+    def keys(self, label: str) -> tuple[list[str], list[str]]:
+        def as_list(v: Any) -> list[str]:
+            return [v] if isinstance(v, str) else list(v)
+
+        if self.on is not None:
+            if self.left_on is not None or self.right_on is not None:
+                raise ValueError(f"join {label!r}: give either on or left_on/right_on, not both.")
+            return as_list(self.on), as_list(self.on)
+        if self.left_on is None or self.right_on is None:
+            raise ValueError(f"join {label!r}: give on, or both left_on and right_on.")
+        lk, rk = as_list(self.left_on), as_list(self.right_on)
+        if len(lk) != len(rk) or not lk:
+            raise ValueError(
+                f"join {label!r}: left_on {lk} and right_on {rk} must have the same length."
+            )
+        return lk, rk
+
+
+def _key_kind(s: pd.Series) -> str:
+    dt = s.dtype
+    if isinstance(dt, pd.CategoricalDtype):
+        return _key_kind(pd.Series(dt.categories))
+    if pd.api.types.is_bool_dtype(dt):
+        return "bool"
+    if pd.api.types.is_numeric_dtype(dt):
+        return "numeric"
+    if pd.api.types.is_datetime64_any_dtype(dt):
+        return "datetime"
+    if pd.api.types.is_string_dtype(dt) or dt == object:
+        inferred = pd.api.types.infer_dtype(s, skipna=True)
+        if inferred in ("integer", "floating", "mixed-integer-float", "decimal"):
+            return "numeric"
+        if inferred == "empty":
+            return "any"
+        return "string"
+    return str(dt)
+
+
+def _key_index(frame: pd.DataFrame, cols: list[str]) -> pd.Index:
+    if len(cols) == 1:
+        return pd.Index(frame[cols[0]])
+    return pd.MultiIndex.from_frame(frame[cols])
+
+
+def _check_columns(frame: pd.DataFrame, cols: Sequence[str], what: str, label: str) -> None:
+    missing = [c for c in cols if c not in frame.columns]
+    if missing:
+        raise ValueError(
+            f"{what} {missing} not found in table {label!r}; its columns are "
+            f"{list(frame.columns)}."
+        )
+
+
+def _is_categorical(s: pd.Series, forced: Sequence[str]) -> bool:
+    if s.name in forced:
+        return True
+    dt = s.dtype
+    return (
+        isinstance(dt, pd.CategoricalDtype)
+        or pd.api.types.is_string_dtype(dt)
+        or dt == object
+    )
+
+
+def _encode(
+    frame: pd.DataFrame,
+    features: Sequence[str],
+    label: str,
+    forced: Sequence[str],
+    impute: Impute,
+    indicator: bool,
+    dtype: np.dtype,
+    sparse: bool,
+) -> tuple[Any, list[str], dict[str, list[Any]]]:
+    """Encode a table's features: numeric columns as floats, categorical as one-hot."""
+    blocks: list[Any] = []
+    names: list[str] = []
+    categories: dict[str, list[Any]] = {}
+    any_cat = False
+    n = len(frame)
+    for col in features:
+        s = frame[col]
+        if _is_categorical(s, forced):
+            any_cat = True
+            missing = s.isna().to_numpy()
+            if missing.any() and impute is None:
+                raise ValueError(
+                    f"source {label!r}, column {col!r} has {int(missing.sum())} missing "
+                    "values; pass impute=... on its Join to encode them as all-zero rows."
+                )
+            cat = s.astype("category") if not isinstance(s.dtype, pd.CategoricalDtype) else s
+            cats = list(cat.cat.categories)
+            codes = cat.cat.codes.to_numpy().astype(np.int64)
+            keep = codes >= 0
+            block = sp.csr_matrix(
+                (np.ones(int(keep.sum()), dtype=dtype), (np.flatnonzero(keep), codes[keep])),
+                shape=(n, len(cats)),
+            )
+            blocks.append(block)
+            names += [f"{label}__{col}_{c}" for c in cats]
+            categories[f"{label}__{col}"] = cats
+            continue
+        if not (pd.api.types.is_numeric_dtype(s.dtype) or pd.api.types.is_bool_dtype(s.dtype)):
+            raise TypeError(
+                f"source {label!r}, column {col!r} has dtype {s.dtype}, which is neither "
+                "numeric nor categorical; convert it or list it in categorical=[...]."
+            )
+        v = s.to_numpy(dtype=np.float64, na_value=np.nan)
+        if np.isinf(v).any():
+            raise ValueError(f"source {label!r}, column {col!r} contains infinite values.")
+        bad = np.isnan(v)
+        if bad.any():
+            if impute is None:
+                raise ValueError(
+                    f"source {label!r}, column {col!r} has {int(bad.sum())} NaN values; "
+                    "pass impute='zero' | 'mean' | 'median' | <number> on its Join."
+                )
+            if impute == "zero":
+                fill = 0.0
+            elif impute == "mean":
+                fill = float(np.nanmean(v)) if (~bad).any() else 0.0
+            elif impute == "median":
+                fill = float(np.nanmedian(v)) if (~bad).any() else 0.0
+            elif isinstance(impute, (int, float)):
+                fill = float(impute)
+            else:
+                raise ValueError(
+                    f"impute must be 'zero', 'mean', 'median' or a number, got {impute!r}."
+                )
+            v = np.where(bad, fill, v)
+        blocks.append(v.astype(dtype)[:, None])
+        names.append(f"{label}__{col}")
+    if indicator:
+        blocks.append(np.ones((n, 1), dtype=dtype))
+        names.append(f"{label}__matched")
+    if not blocks:
+        return None, names, categories
+    if any_cat and sparse:
+        S = sp.hstack([sp.csr_matrix(b) for b in blocks], format="csr", dtype=dtype)
+    else:
+        S = np.hstack([b.toarray() if sp.issparse(b) else b for b in blocks]).astype(
+            dtype, copy=False
+        )
+    return S, names, categories
+
+
+def _expand(counts: np.ndarray, starts: np.ndarray, keep_empty: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Repeat each target row by its number of matches.
+
+    Returns the old target row and the position into the sorted match list of each new
+    target row (-1 where a row had no match and ``keep_empty`` keeps it).
+    """
+    eff = np.maximum(counts, 1) if keep_empty else counts
+    old = np.repeat(np.arange(counts.shape[0]), eff)
+    first = np.repeat(np.cumsum(eff) - eff, eff)
+    within = np.arange(old.shape[0]) - first
+    pos = np.repeat(starts, eff) + within
+    pos[np.repeat(counts == 0, eff)] = -1
+    return old, pos
+
+
+def from_frames(
+    base: pd.DataFrame,
+    base_features: Sequence[str] = (),
+    joins: Sequence[Join] = (),
+    *,
+    base_name: str = "base",
+    base_categorical: Sequence[str] = (),
+    base_impute: Impute = None,
+    sparse: bool = True,
+    coalesce: Sequence[str] = (),
+    priority: Sequence[str] | None = None,
+    dtype: Any = np.float64,
+) -> Any:
+    """Build a :class:`MultiSourceDataset` from DataFrames and joins.
+
+    Parameters
+    ----------
+    base : pandas.DataFrame
+        The table whose rows are the samples (a relationship table of keys only is
+        fine: give no ``base_features``).
+    base_features : list of str, default=()
+        Feature columns of the base table.
+    joins : list of Join
+        The joins, applied in order; ``via`` names an earlier join.
+    base_name : str, default="base"
+        Source name of the base table.
+    base_categorical, base_impute
+        As ``Join.categorical`` and ``Join.impute``, for the base table.
+    sparse : bool, default=True
+        One-hot encoded sources are stored as CSR (dense when False).
+    coalesce : list of str, default=()
+        Column names that several tables supply and that form one target column
+        (named after its owner). Ownership per target row follows ``priority``.
+    priority : list of str, optional
+        Source names from highest to lowest ownership priority for coalesced
+        columns; default the order base, then joins.
+    dtype : {np.float64, np.float32}, default=np.float64
+
+    Returns
+    -------
+    MultiSourceDataset
+
+    Notes
+    -----
+    Many-to-one joins keep the base table's row order; inner joins drop unmatched
+    rows in order; one-to-many joins repeat a target row once per match, matches in
+    the joined table's order; outer joins append the joined table's unmatched rows at
+    the end (pandas sorts outer-join keys instead; compare as sets).
+    """
+    from ilargi_sklearn.dataset._multi_source import MultiSourceDataset, _check_dtype
+
+    dtype = _check_dtype(dtype)
+    if not isinstance(base, pd.DataFrame):
+        raise TypeError(f"base must be a pandas DataFrame, got {type(base).__name__}.")
+    if len(base) == 0:
+        raise ValueError(f"table {base_name!r} is empty.")
+    _check_columns(base, list(base_features), "features", base_name)
+
+    tables: dict[str, pd.DataFrame] = {base_name: base}
+    specs: dict[str, tuple[list[str], Sequence[str], Impute, bool]] = {
+        base_name: (list(base_features), base_categorical, base_impute, False)
+    }
+    n_rows = len(base)
+    idx: dict[str, np.ndarray] = {base_name: np.arange(n_rows, dtype=np.int64)}
+
+    for i, j in enumerate(joins):
+        if not isinstance(j, Join):
+            raise TypeError(f"joins[{i}] must be a Join, got {type(j).__name__}.")
+        label = j.name if j.name is not None else f"join{i}"
+        if label in tables:
+            raise ValueError(f"duplicate source name {label!r}; give each Join a distinct name.")
+        R = j.table
+        if not isinstance(R, pd.DataFrame):
+            raise TypeError(f"join {label!r}: table must be a DataFrame, got {type(R).__name__}.")
+        if len(R) == 0:
+            raise ValueError(f"table {label!r} is empty.")
+        if j.how not in ("inner", "left", "outer"):
+            raise ValueError(f"join {label!r}: how must be 'inner', 'left' or 'outer', got {j.how!r}.")
+        left_name = j.via if j.via is not None else base_name
+        if left_name not in tables:
+            raise ValueError(
+                f"join {label!r}: via={j.via!r} names no earlier table; known: {list(tables)}."
+            )
+        L = tables[left_name]
+        lk, rk = j.keys(label)
+        _check_columns(L, lk, "key columns", left_name)
+        _check_columns(R, rk, "key columns", label)
+        _check_columns(R, list(j.features), "features", label)
+        for a, b in zip(lk, rk):
+            ka, kb = _key_kind(L[a]), _key_kind(R[b])
+            if "any" not in (ka, kb) and ka != kb:
+                raise TypeError(
+                    f"join {label!r}: key {left_name}.{a} ({L[a].dtype}) and {label}.{b} "
+                    f"({R[b].dtype}) have incompatible dtypes; cast one side first."
+                )
+
+        right_index = _key_index(R, rk)
+        left_index = _key_index(L, lk)
+        left_rows = idx[left_name]
+        if right_index.is_unique:
+            pos_l = right_index.get_indexer(left_index).astype(np.int64)
+            pos = np.where(left_rows >= 0, pos_l[np.maximum(left_rows, 0)], -1)
+            if j.how == "inner":
+                keep = pos >= 0
+                if not keep.all():
+                    idx = {k: v[keep] for k, v in idx.items()}
+                    pos = pos[keep]
+        else:
+            # One-to-many: pairs (left row, right row) from a merge of keys and row ids.
+            lf = L[lk].copy()
+            lf.columns = [f"k{c}" for c in range(len(lk))]
+            lf["_l"] = np.arange(len(L))
+            rf = R[rk].copy()
+            rf.columns = lf.columns[:-1]
+            rf["_r"] = np.arange(len(R))
+            pairs = lf.merge(rf, on=list(lf.columns[:-1]), how="inner", sort=False)
+            pairs = pairs.sort_values(["_l", "_r"], kind="stable")
+            per_left = np.bincount(pairs["_l"].to_numpy(), minlength=len(L))
+            starts_l = np.cumsum(per_left) - per_left
+            counts = np.where(left_rows >= 0, per_left[np.maximum(left_rows, 0)], 0)
+            starts = np.where(left_rows >= 0, starts_l[np.maximum(left_rows, 0)], 0)
+            old, p = _expand(counts, starts, keep_empty=j.how != "inner")
+            right_rows = pairs["_r"].to_numpy()
+            pos = np.where(p >= 0, right_rows[np.maximum(p, 0)], -1)
+            idx = {k: v[old] for k, v in idx.items()}
+        if j.how == "outer":
+            unmatched = np.setdiff1d(np.arange(len(R)), pos[pos >= 0])
+            if unmatched.size:
+                pad = np.full(unmatched.size, -1, dtype=np.int64)
+                idx = {k: np.concatenate([v, pad]) for k, v in idx.items()}
+                pos = np.concatenate([pos, unmatched])
+        idx[label] = pos.astype(np.int64)
+        tables[label] = R
+        specs[label] = (list(j.features), j.categorical, j.impute, j.indicator)
+        n_rows = pos.shape[0]
+
+    if n_rows == 0:
+        raise ValueError("the joins leave no target rows (every inner join must match).")
+
+    order = list(tables)
+    coalesce = set(coalesce)
+    prio = list(priority) if priority is not None else order
+    unknown = [p for p in prio if p not in tables]
+    if unknown:
+        raise ValueError(f"priority names unknown sources {unknown}; known: {order}.")
+    prio_idx = {name: r for r, name in enumerate(prio + [o for o in order if o not in prio])}
+
+    sources, indicators, mappings, source_names = [], [], [], []
+    feature_names: list[str] = []
+    target_of: dict[str, int] = {}
+    shared_owner: dict[str, str] = {}
+    for name in order:
+        for col in specs[name][0]:
+            if col in coalesce and (col not in shared_owner or prio_idx[name] < prio_idx[shared_owner[col]]):
+                shared_owner[col] = name
+    categories: dict[str, list[Any]] = {}
+    for name in order:
+        feats, forced, impute, indicator = specs[name]
+        S, names, cats = _encode(
+            tables[name], feats, name, forced, impute, indicator, dtype, sparse
+        )
+        if S is None:
+            continue
+        categories.update(cats)
+        cm = np.empty(len(names), dtype=np.int64)
+        for c, fname in enumerate(names):
+            col = fname[len(name) + 2 :]
+            if col in coalesce and col in feats:
+                if f"{name}__{col}" in categories:
+                    raise ValueError(f"coalesce: column {col!r} is categorical; coalesce numeric columns.")
+                key = f"__shared__{col}"
+                if key not in target_of:
+                    target_of[key] = len(feature_names)
+                    feature_names.append(f"{shared_owner[col]}__{col}")
+                cm[c] = target_of[key]
+            else:
+                cm[c] = len(feature_names)
+                feature_names.append(fname)
+        sources.append(S)
+        rows = idx[name]
+        identity = rows.shape[0] == S.shape[0] and np.array_equal(rows, np.arange(S.shape[0]))
+        indicators.append(None if identity else rows)
+        mappings.append(cm)
+        source_names.append(name)
+    if not sources:
+        raise ValueError("no features selected: give base_features or Join(features=...).")
+    src_prio = sorted(range(len(source_names)), key=lambda k: prio_idx[source_names[k]])
+    ds = MultiSourceDataset.from_matrices(
+        sources,
+        indicators,
+        mappings,
+        feature_names,
+        source_names=source_names,
+        priority=src_prio,
+        dtype=dtype,
+    )
+    ds.categories_ = categories
+    ds._base_source = source_names.index(base_name) if base_name in source_names else None
+    return ds

@@ -1,0 +1,634 @@
+"""MultiSourceDataset: several source tables and the metadata that joins them."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from ilargi_sklearn._backend import RowMap
+from ilargi_sklearn.dataset._operators import (
+    AffineOperator,
+    FactorizedMatrix,
+    MatrixOperator,
+    Operator,
+    Term,
+)
+from ilargi_sklearn.dataset._terms import build_factorized, check_source, indicator_to_index
+
+__all__ = ["DatasetDescription", "MultiSourceDataset", "as_operator"]
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"  # pragma: no cover
+
+
+@dataclass
+class DatasetDescription:
+    """Schema and redundancy figures of a :class:`MultiSourceDataset`.
+
+    Attributes
+    ----------
+    sources : pandas.DataFrame
+        One row per source: rows, columns, stored non-zeros, bytes, tuple ratio
+        (target rows / source rows), feature ratio (source columns / base columns)
+        and the fraction of target rows it matches.
+    summary : dict
+        Target rows and columns, non-zeros of the sources and of the joined matrix,
+        bytes factorized vs materialized (dense and CSR) and their ratio.
+    """
+
+    sources: pd.DataFrame
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        s = self.summary
+        lines = [
+            f"target: {s['n_rows']:,} rows x {s['n_features']:,} features",
+            self.sources.to_string(),
+            f"non-zeros: sources {s['nnz_sources']:,}, joined {s['nnz_joined']:,} "
+            f"({s['nnz_ratio']:.2f}x)",
+            f"bytes: factorized {_fmt_bytes(s['bytes_factorized'])}, joined "
+            f"{_fmt_bytes(s['bytes_materialized'])} as {s['materialized_format']} "
+            f"({s['bytes_ratio']:.2f}x)",
+        ]
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+class MultiSourceDataset:
+    """Several source tables plus the data-integration metadata that joins them.
+
+    The joined ("target") matrix ``T = sum_k I_k S_k M_k^T`` is never built unless
+    :meth:`materialize` is called: products, reductions and row slicing run on the
+    sources and index vectors. Build one with :meth:`from_frames` (from pandas
+    DataFrames and join specifications) or :meth:`from_matrices` (from source
+    matrices, indicators and mappings).
+
+    Unmatched rows of left and outer joins contribute zeros to ``T`` (zero imputation).
+
+    Notes
+    -----
+    ``np.asarray(ds)`` raises a ``TypeError``: converting implicitly would build the
+    join behind the user's back. Call :meth:`materialize` to build it on purpose, or
+    use the factorized estimators and transformers, which take the dataset directly.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ilargi_sklearn import MultiSourceDataset
+    >>> base = np.array([[1.0], [2.0], [3.0]])
+    >>> dim = np.array([[10.0, 0.0], [20.0, 1.0]])
+    >>> ds = MultiSourceDataset.from_matrices([base, dim], [None, np.array([0, 1, 1])])
+    >>> ds.shape
+    (3, 3)
+    >>> ds.materialize()
+    array([[ 1., 10.,  0.],
+           [ 2., 20.,  1.],
+           [ 3., 20.,  1.]])
+    >>> ds @ np.ones(3)
+    array([11., 23., 24.])
+    """
+
+    # Keep NumPy from broadcasting ``ndarray @ ds`` itself: defer to __rmatmul__.
+    __array_ufunc__ = None
+
+    def __init__(
+        self,
+        operator: Operator,
+        feature_names: Sequence[str],
+        source_names: Sequence[str],
+        *,
+        base_source: int | None = None,
+        categories: dict[str, list[Any]] | None = None,
+    ) -> None:
+        self._op = operator
+        self._feature_names = np.asarray(list(feature_names), dtype=object)
+        if self._feature_names.shape[0] != operator.n_cols:
+            raise ValueError(
+                f"got {self._feature_names.shape[0]} feature names for "
+                f"{operator.n_cols} target columns."
+            )
+        self._source_names = list(source_names)
+        self._base_source = base_source
+        self.categories_ = dict(categories or {})
+
+    # ---------------------------------------------------------------- builders
+    @classmethod
+    def from_matrices(
+        cls,
+        sources: Sequence[Any],
+        indicators: Sequence[Any],
+        mappings: Sequence[Any] | None = None,
+        feature_names: Sequence[str] | None = None,
+        *,
+        source_names: Sequence[str] | None = None,
+        priority: Sequence[int] | None = None,
+        dtype: Any = np.float64,
+    ) -> MultiSourceDataset:
+        """Build a dataset from source matrices, indicators and mappings.
+
+        Parameters
+        ----------
+        sources : list of {ndarray, sparse matrix}
+            Source ``k`` has shape ``(r_k, c_k)``.
+        indicators : list of {ndarray of int, sparse matrix, None}
+            Indicator of each source: an index vector of length ``n_rows`` (source
+            row of each target row, -1 for no match), a sparse binary matrix of shape
+            ``(n_rows, r_k)`` with at most one 1 per row, or None for the identity.
+        mappings : list of {ndarray of int, None}, optional
+            Target column of each source column (-1: unused). None (the default)
+            concatenates the sources' columns in order.
+        feature_names : list of str, optional
+            Names of the target columns; default ``"{source}__{j}"``.
+        source_names : list of str, optional
+            Default ``"s0", "s1", ...``.
+        priority : list of int, optional
+            Ownership order for target columns that several sources supply; default
+            the order of the sources (DESIGN.md 2.1).
+        dtype : {np.float64, np.float32}, default=np.float64
+            Dtype of the sources and of every operator result.
+
+        Returns
+        -------
+        MultiSourceDataset
+        """
+        dtype = _check_dtype(dtype)
+        n_sources = len(sources)
+        if n_sources == 0:
+            raise ValueError("at least one source is required.")
+        if len(indicators) != n_sources:
+            raise ValueError(
+                f"got {n_sources} sources but {len(indicators)} indicators."
+            )
+        names = list(source_names) if source_names is not None else [
+            f"s{k}" for k in range(n_sources)
+        ]
+        if len(names) != n_sources or len(set(names)) != n_sources:
+            raise ValueError(f"source_names must be {n_sources} distinct names, got {names}.")
+        checked = [check_source(S, names[k], dtype) for k, S in enumerate(sources)]
+
+        idxs: list[np.ndarray | None] = []
+        for k, ind in enumerate(indicators):
+            if ind is None:
+                idxs.append(None)
+            else:
+                idxs.append(indicator_to_index(ind, checked[k].shape[0], names[k]))
+        lengths = {
+            (checked[k].shape[0] if idx is None else idx.shape[0])
+            for k, idx in enumerate(idxs)
+        }
+        if len(lengths) != 1:
+            raise ValueError(
+                f"indicators disagree on the number of target rows: {sorted(lengths)}."
+            )
+        n_rows = lengths.pop()
+        rowmaps = [RowMap(idx, checked[k].shape[0]) for k, idx in enumerate(idxs)]
+
+        if mappings is None:
+            mappings = [None] * n_sources
+        if len(mappings) != n_sources:
+            raise ValueError(f"got {n_sources} sources but {len(mappings)} mappings.")
+        colmaps = []
+        offset = 0
+        for k, (S, cm) in enumerate(zip(checked, mappings)):
+            if cm is None:
+                cm = np.arange(offset, offset + S.shape[1])
+            cm = np.asarray(cm)
+            if cm.ndim != 1 or cm.shape[0] != S.shape[1] or cm.dtype.kind not in "iu":
+                raise ValueError(
+                    f"mapping of source {names[k]!r} must be an integer vector of length "
+                    f"{S.shape[1]} (one target column per source column, -1: unused)."
+                )
+            cm = cm.astype(np.int64)
+            used = cm[cm >= 0]
+            if used.size != np.unique(used).size:
+                raise ValueError(
+                    f"mapping of source {names[k]!r} sends two columns to one target column."
+                )
+            if cm.min(initial=0) < -1:
+                raise ValueError(f"mapping of source {names[k]!r} has values below -1.")
+            colmaps.append(cm)
+            offset = max(offset, int(cm.max(initial=-1)) + 1)
+        n_cols = max((int(cm.max(initial=-1)) + 1 for cm in colmaps), default=0)
+
+        if feature_names is None:
+            feature_names = [""] * n_cols
+            for k, cm in enumerate(colmaps):
+                for j, c in enumerate(cm):
+                    if c >= 0 and not feature_names[c]:
+                        feature_names[c] = f"{names[k]}__{j}"
+            feature_names = [f or f"x{c}" for c, f in enumerate(feature_names)]
+        elif len(feature_names) != n_cols:
+            raise ValueError(
+                f"got {len(feature_names)} feature names for {n_cols} target columns."
+            )
+        op = build_factorized(checked, rowmaps, colmaps, n_cols, dtype, priority)
+        base = next((k for k, idx in enumerate(idxs) if idx is None), None)
+        return cls(op, feature_names, names, base_source=base)
+
+    @classmethod
+    def from_frames(cls, base: pd.DataFrame, base_features: Sequence[str] = (),
+                    joins: Sequence[Any] = (), **kwargs: Any) -> MultiSourceDataset:
+        """Build a dataset from DataFrames and :class:`Join` specifications.
+
+        See :func:`ilargi_sklearn.dataset.from_frames` for the parameters.
+        """
+        from ilargi_sklearn.dataset._builder import from_frames
+
+        return from_frames(base, base_features, joins, **kwargs)
+
+    @classmethod
+    def union(cls, datasets: Sequence[MultiSourceDataset]) -> MultiSourceDataset:
+        """Stack same-schema datasets row-wise without copying their sources.
+
+        Parameters
+        ----------
+        datasets : list of MultiSourceDataset
+            Datasets with identical feature names and dtype.
+
+        Returns
+        -------
+        MultiSourceDataset
+            Target rows of the first dataset, then those of the second, and so on.
+        """
+        datasets = list(datasets)
+        if not datasets:
+            raise ValueError("union needs at least one dataset.")
+        first = datasets[0]
+        for d in datasets:
+            if not isinstance(d, MultiSourceDataset):
+                raise TypeError(f"union takes MultiSourceDatasets, got {type(d).__name__}.")
+            if not isinstance(d._op, FactorizedMatrix):
+                raise TypeError("union takes unscaled datasets (apply scalers after the union).")
+            if list(d.feature_names) != list(first.feature_names) or d.dtype != first.dtype:
+                raise ValueError("union needs datasets with the same feature names and dtype.")
+        n_rows = sum(len(d) for d in datasets)
+        terms, names = [], []
+        row_off, src_off = 0, 0
+        for i, d in enumerate(datasets):
+            for t in d._op.terms:
+                idx = np.full(n_rows, -1, dtype=np.int64)
+                idx[row_off : row_off + len(d)] = t.rows.idx
+                terms.append(Term(t.S, RowMap(idx, t.rows.n_source_rows), t.cols, t.source + src_off))
+            names += [f"{n}[{i}]" if len(datasets) > 1 else n for n in d.source_names]
+            row_off += len(d)
+            src_off += d.n_sources
+        op = FactorizedMatrix(terms, n_rows, first.shape[1], first.dtype)
+        return cls(op, first.feature_names, names, categories=first.categories_)
+
+    # -------------------------------------------------------------- properties
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(n_rows, n_features)`` of the joined matrix."""
+        return self._op.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._op.dtype
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    @property
+    def feature_names(self) -> np.ndarray:
+        """Names of the target columns, ``"{source}__{column}"``."""
+        return self._feature_names.copy()
+
+    @property
+    def source_names(self) -> list[str]:
+        return list(self._source_names)
+
+    @property
+    def n_sources(self) -> int:
+        return len(self._source_names)
+
+    @property
+    def operator(self) -> Operator:
+        """The operator behind the dataset (what the kernels compute with)."""
+        return self._op
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by sources and index vectors (shared sources counted once)."""
+        return self._op.nbytes
+
+    def __len__(self) -> int:
+        return self._op.n_rows
+
+    def _like(self, op: Operator) -> MultiSourceDataset:
+        return MultiSourceDataset(
+            op,
+            self._feature_names,
+            self._source_names,
+            base_source=self._base_source,
+            categories=self.categories_,
+        )
+
+    def astype(self, dtype: Any) -> MultiSourceDataset:
+        """A copy with sources cast to ``dtype`` (float32 or float64)."""
+        dtype = _check_dtype(dtype)
+        if dtype == self.dtype:
+            return self
+        return self._like(self._op.astype(dtype))
+
+    # ----------------------------------------------------------------- slicing
+    def __getitem__(self, key: Any) -> MultiSourceDataset:
+        if isinstance(key, tuple):
+            if len(key) == 2 and (key[1] is Ellipsis or key[1] == slice(None)):
+                key = key[0]
+            elif len(key) == 1:
+                key = key[0]
+            else:
+                raise IndexError(
+                    "MultiSourceDataset selects rows only: use ds[rows] or ds[rows, ...]."
+                )
+        n = len(self)
+        if isinstance(key, slice):
+            rows = np.arange(n)[key]
+        elif isinstance(key, numbers.Integral):
+            raise IndexError(
+                f"MultiSourceDataset selects sets of rows: use ds[{key}:{key + 1}] "
+                f"or ds[[{key}]] instead of ds[{key}]."
+            )
+        else:
+            key = np.asarray(key)
+            if key.dtype == bool:
+                if key.shape != (n,):
+                    raise IndexError(
+                        f"boolean mask has shape {key.shape}, expected ({n},)."
+                    )
+                rows = np.flatnonzero(key)
+            elif key.dtype.kind in "iu" and key.ndim == 1:
+                rows = np.arange(n)[key]
+            elif key.size == 0:
+                rows = np.zeros(0, dtype=np.int64)
+            else:
+                raise IndexError(
+                    f"rows must be an integer array, a boolean mask or a slice; got "
+                    f"dtype {key.dtype} with shape {key.shape}."
+                )
+        return self._like(self._op.take_rows(rows))
+
+    # --------------------------------------------------------------- operators
+    def _check_rhs(self, W: Any, n: int, side: str) -> np.ndarray:
+        if isinstance(W, MultiSourceDataset):
+            raise TypeError("the product of two MultiSourceDatasets is not supported.")
+        W = np.asarray(W)
+        if W.ndim not in (1, 2) or W.shape[0] != n:
+            raise ValueError(
+                f"{side} operand has shape {W.shape}; expected ({n},) or ({n}, k)."
+            )
+        return W
+
+    def __matmul__(self, W: Any) -> np.ndarray:
+        """``T @ W`` for ``W`` of shape ``(n_features,)`` or ``(n_features, k)``."""
+        return self._op.matmul(self._check_rhs(W, self.shape[1], "right"))
+
+    def __rmatmul__(self, Y: Any) -> np.ndarray:
+        """``Y @ T`` for ``Y`` of shape ``(n_rows,)`` or ``(k, n_rows)``."""
+        Y = np.asarray(Y)
+        if Y.ndim == 1:
+            return self._op.rmatmul(self._check_rhs(Y, len(self), "left"))
+        if Y.ndim != 2 or Y.shape[1] != len(self):
+            raise ValueError(f"left operand has shape {Y.shape}; expected (k, {len(self)}).")
+        return self._op.rmatmul(Y.T).T
+
+    @property
+    def T(self) -> _Transposed:
+        """Lazy transpose: ``ds.T @ Y`` computes ``T^T Y`` without materializing."""
+        return _Transposed(self)
+
+    def gram(self, weights: Any = None, format: str = "auto") -> Any:
+        """``T^T T`` (or ``T^T diag(weights) T``) computed from the sources.
+
+        Parameters
+        ----------
+        weights : array-like of shape (n_rows,), optional
+            Row weights.
+        format : {"auto", "dense", "sparse"}, default="auto"
+            "auto" returns a CSR matrix when any source is sparse, else an ndarray.
+        """
+        if weights is not None:
+            weights = self._check_rhs(weights, len(self), "weights")
+            if weights.ndim != 1:
+                raise ValueError("weights must be 1-D.")
+        return self._op.gram(weights, format=format)
+
+    def sum(self, axis: int | None = None) -> Any:
+        """Sum of ``T`` over rows (``axis=0``), columns (``axis=1``) or all cells."""
+        if axis is None:
+            return self._op.col_sums().sum()
+        if axis == 0:
+            return self._op.col_sums()
+        if axis == 1:
+            return self._op.row_sums()
+        raise ValueError(f"axis must be 0, 1 or None, got {axis!r}.")
+
+    def row_norms(self, squared: bool = True) -> np.ndarray:
+        """Euclidean norm of each row of ``T`` (squared by default)."""
+        sq = self._op.row_sq_norms()
+        return sq if squared else np.sqrt(np.maximum(sq, 0))
+
+    def _scaled(self, c: Any) -> MultiSourceDataset:
+        if not isinstance(c, numbers.Real) or isinstance(c, bool):
+            raise TypeError(
+                f"MultiSourceDataset supports scalar multiplication only, got {type(c).__name__}."
+            )
+        if isinstance(self._op, AffineOperator):
+            op = AffineOperator(self._op.base, self._op.scale * c, self._op.offset)
+        else:
+            op = AffineOperator(self._op, np.full(self.shape[1], c, dtype=self.dtype))
+        return self._like(op)
+
+    def __mul__(self, c: Any) -> MultiSourceDataset:
+        return self._scaled(c)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, c: Any) -> MultiSourceDataset:
+        if isinstance(c, numbers.Real) and c == 0:
+            raise ZeroDivisionError("division of a MultiSourceDataset by zero.")
+        return self._scaled(1.0 / c if isinstance(c, numbers.Real) else c)
+
+    def __neg__(self) -> MultiSourceDataset:
+        return self._scaled(-1.0)
+
+    def __pow__(self, p: Any) -> MultiSourceDataset:
+        if not isinstance(p, numbers.Real) or p <= 0:
+            raise ValueError(
+                f"ds ** {p!r}: only powers p > 0 keep unmatched (zero) cells at zero and "
+                "can be applied per source; call materialize() for other powers."
+            )
+        if not isinstance(self._op, FactorizedMatrix):
+            raise ValueError(
+                "ds ** p is not factorizable on a scaled or centered dataset; apply it "
+                "before scaling."
+            )
+        op = self._op.map_sources(lambda S: S.power(p) if sp.issparse(S) else S**p)
+        return self._like(op)
+
+    def _no_shift(self, *_: Any) -> Any:
+        raise TypeError(
+            "adding a scalar or array to a MultiSourceDataset would change the zero cells "
+            "of unmatched rows, so it cannot be applied per source; use "
+            "FactorizedStandardScaler for implicit centering, or materialize() first."
+        )
+
+    __add__ = __radd__ = __sub__ = __rsub__ = _no_shift
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        raise TypeError(
+            f"a MultiSourceDataset of shape {self.shape} is not converted to a dense array "
+            "implicitly, since that would build the whole join. Call ds.materialize() to "
+            "build it on purpose, or use the factorized estimators and transformers "
+            "(for example FactorizedStandardScaler instead of StandardScaler)."
+        )
+
+    def materialize(self, format: str = "auto") -> Any:
+        """Build the joined matrix ``T``.
+
+        Parameters
+        ----------
+        format : {"auto", "dense", "sparse"}, default="auto"
+            "auto" returns CSR when any source is sparse, else a dense ndarray.
+
+        Returns
+        -------
+        ndarray or scipy.sparse.csr_matrix of shape (n_rows, n_features)
+        """
+        return self._op.materialize(format)
+
+    # ------------------------------------------------------------- describing
+    def _factorized(self) -> FactorizedMatrix:
+        op = self._op
+        while isinstance(op, AffineOperator):
+            op = op.base
+        if not isinstance(op, FactorizedMatrix):  # pragma: no cover - defensive
+            raise TypeError("dataset is not factorized.")
+        return op
+
+    def describe(self) -> DatasetDescription:
+        """Schema and redundancy figures (see :class:`DatasetDescription`)."""
+        fm = self._factorized()
+        n_rows, n_cols = self.shape
+        rows: dict[int, dict[str, Any]] = {}
+        seen: set[int] = set()
+        for t in fm.terms:
+            r = rows.setdefault(
+                t.source,
+                {"rows": t.S.shape[0], "columns": 0, "nnz": 0, "bytes": 0,
+                 "sparse": t.is_sparse, "matched": 0.0},
+            )
+            r["columns"] += t.S.shape[1]
+            S = t.S
+            if id(S) not in seen:
+                seen.add(id(S))
+                r["nnz"] += int(S.nnz if sp.issparse(S) else np.count_nonzero(S))
+                r["bytes"] += int(
+                    S.data.nbytes + S.indices.nbytes + S.indptr.nbytes
+                    if sp.issparse(S)
+                    else S.nbytes
+                )
+            r["matched"] = max(r["matched"], float(t.rows.matched.mean()) if n_rows else 0.0)
+        base_cols = rows[self._base_source]["columns"] if self._base_source in rows else 0
+        table = pd.DataFrame.from_dict(rows, orient="index").sort_index()
+        table.index = [self._source_names[k] for k in table.index]
+        table["tuple_ratio"] = n_rows / table["rows"].clip(lower=1)
+        table["feature_ratio"] = table["columns"] / base_cols if base_cols else np.nan
+        nnz_joined = fm.nnz()
+        itemsize = self.dtype.itemsize
+        sparse = fm.is_sparse
+        dense_bytes = n_rows * n_cols * itemsize
+        csr_bytes = nnz_joined * (itemsize + 4) + (n_rows + 1) * 8
+        mat_bytes = csr_bytes if sparse else dense_bytes
+        nnz_sources = int(table["nnz"].sum())
+        summary = {
+            "n_rows": n_rows,
+            "n_features": n_cols,
+            "n_sources": self.n_sources,
+            "nnz_sources": nnz_sources,
+            "nnz_joined": nnz_joined,
+            "nnz_ratio": nnz_joined / max(nnz_sources, 1),
+            "bytes_factorized": self.nbytes,
+            "bytes_materialized": mat_bytes,
+            "bytes_dense": dense_bytes,
+            "bytes_csr": csr_bytes,
+            "materialized_format": "CSR" if sparse else "dense",
+            "bytes_ratio": mat_bytes / max(self.nbytes, 1),
+        }
+        return DatasetDescription(table, summary)
+
+    def __repr__(self) -> str:
+        fm = self._factorized()
+        parts: dict[int, list[int]] = {}
+        for t in fm.terms:
+            p = parts.setdefault(t.source, [t.S.shape[0], 0, int(t.is_sparse)])
+            p[1] += t.S.shape[1]
+        srcs = ", ".join(
+            f"{self._source_names[k]} {r:,}x{c}{' sparse' if s else ''}"
+            for k, (r, c, s) in sorted(parts.items())
+        )
+        scaled = ", scaled" if isinstance(self._op, AffineOperator) else ""
+        return (
+            f"MultiSourceDataset({len(self):,} rows x {self.shape[1]} features, "
+            f"{self.n_sources} sources: {srcs}; {self.dtype}{scaled}, "
+            f"{_fmt_bytes(self.nbytes)})"
+        )
+
+
+class _Transposed:
+    """``ds.T``: a lazy transpose that only supports ``@``."""
+
+    __array_ufunc__ = None
+
+    def __init__(self, ds: MultiSourceDataset) -> None:
+        self._ds = ds
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self._ds.shape[::-1]
+
+    @property
+    def T(self) -> MultiSourceDataset:
+        return self._ds
+
+    def __matmul__(self, Y: Any) -> np.ndarray:
+        Y = self._ds._check_rhs(Y, len(self._ds), "right")
+        return self._ds.operator.rmatmul(Y)
+
+    def __rmatmul__(self, X: Any) -> np.ndarray:
+        X = np.asarray(X)
+        if X.ndim == 1:
+            return self._ds @ X
+        return (self._ds @ X.T).T
+
+    def __repr__(self) -> str:
+        return f"{self._ds!r}.T"
+
+
+def _check_dtype(dtype: Any) -> np.dtype:
+    dtype = np.dtype(dtype)
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise ValueError(f"dtype must be float32 or float64, got {dtype}.")
+    return dtype
+
+
+def as_operator(X: Any) -> Operator:
+    """The operator of a dataset, or a :class:`MatrixOperator` over an array."""
+    if isinstance(X, MultiSourceDataset):
+        return X.operator
+    if isinstance(X, Operator):
+        return X
+    return MatrixOperator(X)

@@ -1,0 +1,158 @@
+"""Normalizing sources, indicators and mappings into the terms of a FactorizedMatrix.
+
+This is where the ownership rule for overlapping columns lives (a target column
+supplied by several sources is owned, row by row, by the highest-priority source that
+matched that row), so that every cell of the target has at most one owner.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ilargi_sklearn._backend import RowMap
+from ilargi_sklearn.dataset._operators import FactorizedMatrix, Term
+
+__all__ = ["build_factorized", "check_source", "indicator_to_index"]
+
+
+def check_source(S: Any, name: str, dtype: Any, feature_names: Sequence[str] | None = None) -> Any:
+    """Validate and convert one source matrix to ``dtype`` (CSR if sparse)."""
+    if sp.issparse(S):
+        S = sp.csr_matrix(S, dtype=dtype)
+        S.sum_duplicates()
+        values = S.data
+        col_of = S.indices
+    else:
+        S = np.asarray(S)
+        if S.ndim == 1:
+            S = S[:, None]
+        if S.ndim != 2:
+            raise ValueError(f"source {name!r} must be 2-D, got shape {S.shape}.")
+        if S.dtype.kind not in "biuf":
+            raise TypeError(
+                f"source {name!r} has dtype {S.dtype}; sources must be numeric "
+                "(encode categorical columns first, or use MultiSourceDataset.from_frames)."
+            )
+        S = np.ascontiguousarray(S, dtype=dtype)
+        values = S
+        col_of = None
+    finite = np.isfinite(values)
+    if not finite.all():
+        if col_of is None:
+            bad_col = int(np.nonzero(~finite.all(axis=0))[0][0])
+        else:
+            bad_col = int(col_of[np.nonzero(~finite)[0][0]])
+        col = feature_names[bad_col] if feature_names is not None else bad_col
+        raise ValueError(
+            f"source {name!r}, column {col!r} contains NaN or infinite values; "
+            "impute them first (from_frames accepts impute=...)."
+        )
+    return S
+
+
+def indicator_to_index(ind: Any, n_source_rows: int, name: str) -> np.ndarray:
+    """Convert an indicator (index vector or sparse binary matrix) to an index vector."""
+    if sp.issparse(ind):
+        ind = sp.csr_matrix(ind)
+        if ind.shape[1] != n_source_rows:
+            raise ValueError(
+                f"indicator of source {name!r} has {ind.shape[1]} columns but the source "
+                f"has {n_source_rows} rows."
+            )
+        ind.sum_duplicates()
+        ind.eliminate_zeros()
+        per_row = np.diff(ind.indptr)
+        if per_row.max(initial=0) > 1:
+            row = int(np.argmax(per_row > 1))
+            raise ValueError(
+                f"indicator of source {name!r} has {int(per_row[row])} ones in target row "
+                f"{row}; a target row takes at most one row of each source."
+            )
+        if not np.all(ind.data == 1):
+            raise ValueError(f"indicator of source {name!r} must be binary (0/1).")
+        idx = np.full(ind.shape[0], -1, dtype=np.int64)
+        idx[per_row == 1] = ind.indices
+        return idx
+    idx = np.asarray(ind)
+    if idx.ndim != 1 or idx.dtype.kind not in "iu":
+        raise TypeError(
+            f"indicator of source {name!r} must be a 1-D integer index vector or a sparse "
+            f"binary matrix, got dtype {idx.dtype} and shape {idx.shape}."
+        )
+    idx = idx.astype(np.int64)
+    if idx.size and (idx.min() < -1 or idx.max() >= n_source_rows):
+        raise ValueError(
+            f"indicator of source {name!r} has values in [{idx.min()}, {idx.max()}]; "
+            f"expected -1 (no match) or a row in [0, {n_source_rows})."
+        )
+    return idx
+
+
+def build_factorized(
+    sources: Sequence[Any],
+    rowmaps: Sequence[RowMap],
+    colmaps: Sequence[np.ndarray],
+    n_cols: int,
+    dtype: Any,
+    priority: Sequence[int] | None = None,
+) -> FactorizedMatrix:
+    """Apply the ownership rule and return the normalized matrix.
+
+    Parameters
+    ----------
+    sources : list of matrices
+        Validated source matrices.
+    rowmaps : list of RowMap
+        One indicator per source, all with the same number of target rows.
+    colmaps : list of ndarray of int
+        Target column of each source column (-1: unused).
+    n_cols : int
+        Number of target columns.
+    dtype : dtype
+        Floating dtype.
+    priority : list of int, optional
+        Source indices from highest to lowest ownership priority for shared target
+        columns; default the order of the sources. Sources not listed come after, in
+        order.
+    """
+    n_sources = len(sources)
+    order = list(priority) if priority is not None else []
+    if sorted(set(order)) != sorted(order) or any(not 0 <= k < n_sources for k in order):
+        raise ValueError(f"priority must list distinct source indices, got {priority}.")
+    order += [k for k in range(n_sources) if k not in order]
+    rank = {k: r for r, k in enumerate(order)}
+
+    owners: dict[int, list[int]] = defaultdict(list)
+    for k, cm in enumerate(colmaps):
+        for c in cm[cm >= 0]:
+            owners[int(c)].append(k)
+
+    n_rows = rowmaps[0].n_rows
+    terms: list[Term] = []
+    for k, (S, rm, cm) in enumerate(zip(sources, rowmaps, colmaps)):
+        groups: dict[frozenset[int], list[int]] = defaultdict(list)
+        for j in np.flatnonzero(cm >= 0):
+            c = int(cm[j])
+            higher = frozenset(h for h in owners[c] if rank[h] < rank[k])
+            groups[higher].append(int(j))
+        for higher, src_cols in sorted(groups.items(), key=lambda kv: len(kv[0])):
+            src_cols_arr = np.asarray(src_cols, dtype=np.int64)
+            if src_cols_arr.shape[0] == S.shape[1] and np.all(
+                src_cols_arr == np.arange(S.shape[1])
+            ):
+                S_t = S
+            else:
+                S_t = S[:, src_cols_arr]
+            rows = rm
+            if higher:
+                drop = np.zeros(n_rows, dtype=bool)
+                for h in higher:
+                    drop |= rowmaps[h].matched
+                rows = rm.masked(drop)
+            terms.append(Term(S_t, rows, cm[src_cols_arr].astype(np.int64), k))
+    return FactorizedMatrix(terms, n_rows, n_cols, dtype)

@@ -1,0 +1,1 @@
+"""Utilities: input validation shared by the estimators, and testing helpers."""
