@@ -1,0 +1,216 @@
+"""Standardization with the centering and scaling kept inside the operators."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin, _fit_context
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted
+
+from ilargi_sklearn.dataset import AffineOperator, MultiSourceDataset
+from ilargi_sklearn.utils._validation import validate_X
+
+__all__ = ["FactorizedStandardScaler"]
+
+
+def _mean_var(op, sample_weight):
+    """Weighted column means and (biased) variances from factorized column sums."""
+    w_sum = float(op.n_rows if sample_weight is None else np.sum(sample_weight))
+    mean = op.col_sums(sample_weight) / w_sum
+    sq = op.col_sq_sums(sample_weight) / w_sum
+    var = np.maximum(sq - mean * mean, 0.0)
+    return mean, var, w_sum
+
+
+class FactorizedStandardScaler(
+    OneToOneFeatureMixin, TransformerMixin, BaseEstimator, auto_wrap_output_keys=None
+):
+    """Standardize features by removing the mean and scaling to unit variance.
+
+    Fitted from factorized column statistics (``1^T T`` and ``1^T (T o T)``). On a
+    :class:`~ilargi_sklearn.MultiSourceDataset`, :meth:`transform` returns a dataset
+    whose centering and scaling are applied implicitly inside its operators: the
+    sources are untouched and stay sparse, and the join is never built. On an array it
+    behaves as :class:`sklearn.preprocessing.StandardScaler`.
+
+    Parameters
+    ----------
+    with_mean : bool, default=True
+        Center the features. Centering a dataset is implicit (no densification);
+        centering a sparse array raises, as in scikit-learn.
+    with_std : bool, default=True
+        Scale the features to unit variance.
+    copy : bool, default=True
+        Kept for scikit-learn compatibility; inputs are never modified.
+
+    Attributes
+    ----------
+    mean_ : ndarray of shape (n_features,) or None
+        Weighted column means (None when ``with_mean=False`` and ``with_std=False``).
+    var_ : ndarray of shape (n_features,) or None
+        Column variances (None when ``with_std=False``).
+    scale_ : ndarray of shape (n_features,) or None
+        Per-feature scale; near-constant features get 1, as in scikit-learn.
+    n_samples_seen_ : int or float
+        Number of samples (sum of sample weights when given).
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Feature names, when ``X`` has them.
+
+    See Also
+    --------
+    sklearn.preprocessing.StandardScaler : The scikit-learn counterpart on arrays.
+
+    Notes
+    -----
+    The transformed dataset represents ``(T - 1 mean^T) diag(1 / scale)``: products
+    become ``T (D w) - 1 (mean^T D w)`` and ``D (T^T y - mean (1^T y))``, so every
+    factorized estimator consumes it without materializing.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ilargi_sklearn import MultiSourceDataset
+    >>> from ilargi_sklearn.preprocessing import FactorizedStandardScaler
+    >>> ds = MultiSourceDataset.from_matrices(
+    ...     [np.array([[1.0], [2.0], [3.0]]), np.array([[10.0], [20.0]])],
+    ...     [None, np.array([0, 1, 1])])
+    >>> Z = FactorizedStandardScaler().fit_transform(ds)
+    >>> type(Z).__name__
+    'MultiSourceDataset'
+    >>> np.round(Z.materialize(), 3)
+    array([[-1.225, -1.414],
+           [ 0.   ,  0.707],
+           [ 1.225,  0.707]])
+    """
+
+    _parameter_constraints: dict = {
+        "with_mean": ["boolean"],
+        "with_std": ["boolean"],
+        "copy": ["boolean"],
+    }
+
+    def __init__(self, *, with_mean=True, with_std=True, copy=True):
+        self.with_mean = with_mean
+        self.with_std = with_std
+        self.copy = copy
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None, sample_weight=None):
+        """Compute the mean and standard deviation of each feature.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, MultiSourceDataset} of shape (n_samples, n_features)
+            Training data.
+        y : None
+            Ignored.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Individual weights for each sample.
+
+        Returns
+        -------
+        self : object
+            Fitted scaler.
+        """
+        op = validate_X(self, X, reset=True)
+        if (
+            self.with_mean
+            and sp.issparse(getattr(op, "A", None))
+            and not isinstance(X, MultiSourceDataset)
+        ):
+            raise ValueError(
+                "Cannot center sparse matrices: pass `with_mean=False` instead, or wrap "
+                "the data in a MultiSourceDataset, which centers implicitly."
+            )
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(sample_weight, np.empty(op.n_rows), dtype=np.float64)
+        mean, var, w_sum = _mean_var(op, sample_weight)
+        dtype = op.dtype
+        self.n_samples_seen_ = op.n_rows if sample_weight is None else w_sum
+        self.mean_ = mean.astype(dtype) if (self.with_mean or self.with_std) else None
+        if self.with_std:
+            eps = np.finfo(np.float64).eps
+            n = float(self.n_samples_seen_)
+            constant = var <= n * eps * var + (n * mean * eps) ** 2
+            scale = np.sqrt(var)
+            scale[constant | (scale < 10 * np.finfo(scale.dtype).eps)] = 1.0
+            self.var_ = var.astype(dtype)
+            self.scale_ = scale.astype(dtype)
+        else:
+            self.var_ = None
+            self.scale_ = None
+        return self
+
+    def _offset_scale(self):
+        n = self.n_features_in_
+        offset = self.mean_ if self.with_mean else np.zeros(n)
+        inv = 1.0 / self.scale_ if self.with_std else np.ones(n)
+        return offset, inv
+
+    def transform(self, X, copy=None):
+        """Center and scale ``X``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, MultiSourceDataset} of shape (n_samples, n_features)
+            Data to scale.
+        copy : bool, default=None
+            Ignored; inputs are never modified.
+
+        Returns
+        -------
+        X_tr : {ndarray, sparse matrix, MultiSourceDataset} of shape (n_samples, n_features)
+            A dataset (scaling implicit) for a dataset input, else an array.
+        """
+        check_is_fitted(self)
+        op = validate_X(self, X, reset=False)
+        offset, inv = self._offset_scale()
+        if isinstance(X, MultiSourceDataset):
+            return X._like(AffineOperator(X.operator, inv, offset))
+        A = op.A
+        if sp.issparse(A):
+            if self.with_mean:
+                raise ValueError(
+                    "Cannot center sparse matrices: pass `with_mean=False` instead."
+                )
+            return sp.csr_matrix(A @ sp.diags(inv.astype(A.dtype)))
+        return ((A - offset) * inv).astype(A.dtype, copy=False)
+
+    def inverse_transform(self, X, copy=None):
+        """Undo the scaling of an array (datasets: call on the materialized array).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Scaled data.
+        copy : bool, default=None
+            Ignored; inputs are never modified.
+
+        Returns
+        -------
+        X_original : {ndarray, sparse matrix} of shape (n_samples, n_features)
+        """
+        check_is_fitted(self)
+        if isinstance(X, MultiSourceDataset):
+            raise TypeError(
+                "inverse_transform takes arrays; call it on X.materialize() for a dataset."
+            )
+        op = validate_X(self, X, reset=False)
+        offset, inv = self._offset_scale()
+        A = op.A
+        if sp.issparse(A):
+            if self.with_mean:
+                raise ValueError(
+                    "Cannot uncenter sparse matrices: pass `with_mean=False` instead."
+                )
+            return sp.csr_matrix(A @ sp.diags((1.0 / inv).astype(A.dtype)))
+        return (A / inv + offset).astype(A.dtype, copy=False)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # Sparse arrays are accepted only without centering (datasets always are).
+        tags.input_tags.sparse = not self.with_mean
+        tags.input_tags.allow_nan = False
+        return tags
