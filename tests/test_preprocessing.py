@@ -46,7 +46,9 @@ def test_scaled_operators_equal_materialized(scenario):
     np.testing.assert_allclose(Z @ W, M @ W, atol=1e-10)
     np.testing.assert_allclose(Z.T @ Y, M.T @ Y, atol=1e-10)
     np.testing.assert_allclose(Z.gram(format="dense"), M.T @ M, atol=1e-9)
-    np.testing.assert_allclose(Z.gram(d, format="dense"), M.T @ (d[:, None] * M), atol=1e-9)
+    np.testing.assert_allclose(
+        Z.gram(d, format="dense"), M.T @ (d[:, None] * M), atol=1e-9
+    )
     np.testing.assert_allclose(Z.row_norms(), (M * M).sum(axis=1), atol=1e-9)
     np.testing.assert_allclose(Z.sum(axis=0), M.sum(axis=0), atol=1e-9)
     np.testing.assert_allclose(Z.sum(axis=1), M.sum(axis=1), atol=1e-9)

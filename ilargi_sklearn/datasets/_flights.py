@@ -22,7 +22,15 @@ __all__ = ["flights_data_dir", "load_flights"]
 BASE_FEATURES = ["month", "day", "hour", "distance"]
 PLANE_FEATURES = ["year", "seats", "engines", "engine", "type", "manufacturer"]
 AIRPORT_FEATURES = ["lat", "lon", "alt"]
-WEATHER_FEATURES = ["temp", "dewp", "humid", "wind_speed", "precip", "pressure", "visib"]
+WEATHER_FEATURES = [
+    "temp",
+    "dewp",
+    "humid",
+    "wind_speed",
+    "precip",
+    "pressure",
+    "visib",
+]
 
 
 def flights_data_dir() -> Path:
@@ -70,7 +78,14 @@ def load_flights(*, n_rows: int | None = None, dtype=np.float64) -> Bunch:
     (1000, (1000,))
     """
     d = flights_data_dir()
-    cols = BASE_FEATURES + ["arr_delay", "carrier", "tailnum", "origin", "dest", "time_hour"]
+    cols = BASE_FEATURES + [
+        "arr_delay",
+        "carrier",
+        "tailnum",
+        "origin",
+        "dest",
+        "time_hour",
+    ]
     flights = pd.read_csv(d / "flights.csv.zip", usecols=cols)
     flights = flights[flights["arr_delay"].notna()].reset_index(drop=True)
     if n_rows is not None:
@@ -81,14 +96,41 @@ def load_flights(*, n_rows: int | None = None, dtype=np.float64) -> Bunch:
     weather = pd.read_csv(d / "weather.csv")
     joins = [
         Join(airlines, on="carrier", features=["name"], how="left", name="airlines"),
-        Join(planes, on="tailnum", features=PLANE_FEATURES, how="left", name="planes",
-             impute="mean", indicator=True),
-        Join(airports, left_on="origin", right_on="faa", features=AIRPORT_FEATURES,
-             how="left", name="origin"),
-        Join(airports, left_on="dest", right_on="faa", features=AIRPORT_FEATURES,
-             how="left", name="dest", indicator=True),
-        Join(weather, on=["origin", "time_hour"], features=WEATHER_FEATURES,
-             how="left", name="weather", impute="mean", indicator=True),
+        Join(
+            planes,
+            on="tailnum",
+            features=PLANE_FEATURES,
+            how="left",
+            name="planes",
+            impute="mean",
+            indicator=True,
+        ),
+        Join(
+            airports,
+            left_on="origin",
+            right_on="faa",
+            features=AIRPORT_FEATURES,
+            how="left",
+            name="origin",
+        ),
+        Join(
+            airports,
+            left_on="dest",
+            right_on="faa",
+            features=AIRPORT_FEATURES,
+            how="left",
+            name="dest",
+            indicator=True,
+        ),
+        Join(
+            weather,
+            on=["origin", "time_hour"],
+            features=WEATHER_FEATURES,
+            how="left",
+            name="weather",
+            impute="mean",
+            indicator=True,
+        ),
     ]
     ds = MultiSourceDataset.from_frames(
         flights, BASE_FEATURES, joins, base_name="flights", dtype=dtype
@@ -96,8 +138,13 @@ def load_flights(*, n_rows: int | None = None, dtype=np.float64) -> Bunch:
     delay = flights["arr_delay"].to_numpy(dtype=np.float64)
     return Bunch(
         dataset=ds,
-        frames={"flights": flights, "airlines": airlines, "planes": planes,
-                "airports": airports, "weather": weather},
+        frames={
+            "flights": flights,
+            "airlines": airlines,
+            "planes": planes,
+            "airports": airports,
+            "weather": weather,
+        },
         joins=joins,
         target=delay,
         target_late=(delay > 15).astype(np.int64),

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, OneToOneFeatureMixin, TransformerMixin, _fit_context
+from sklearn.base import (
+    BaseEstimator,
+    OneToOneFeatureMixin,
+    TransformerMixin,
+    _fit_context,
+)
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
 from ilargi_sklearn.dataset import AffineOperator, MultiSourceDataset
@@ -55,7 +60,7 @@ class FactorizedStandardScaler(
         Number of samples (sum of sample weights when given).
     n_features_in_ : int
         Number of features seen during fit.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (n_features,)
         Feature names, when ``X`` has them.
 
     See Also
@@ -125,7 +130,9 @@ class FactorizedStandardScaler(
                 "the data in a MultiSourceDataset, which centers implicitly."
             )
         if sample_weight is not None:
-            sample_weight = _check_sample_weight(sample_weight, np.empty(op.n_rows), dtype=np.float64)
+            sample_weight = _check_sample_weight(
+                sample_weight, np.empty(op.n_rows), dtype=np.float64
+            )
         mean, var, w_sum = _mean_var(op, sample_weight)
         dtype = op.dtype
         self.n_samples_seen_ = op.n_rows if sample_weight is None else w_sum

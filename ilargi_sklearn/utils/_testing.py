@@ -25,7 +25,9 @@ SCENARIOS = (
 )
 
 
-def _source(rng: np.random.Generator, r: int, c: int, sparse: bool, nonneg: bool) -> Any:
+def _source(
+    rng: np.random.Generator, r: int, c: int, sparse: bool, nonneg: bool
+) -> Any:
     if sparse:
         S = sp.random(r, c, density=0.3, random_state=rng, format="csr")
         if not nonneg:
@@ -124,5 +126,7 @@ def random_dataset(
     if scenario == "union":
         # Same schema by construction: the dataset stacked on a row subset of itself,
         # so the second half repeats rows of the shared sources.
-        return MultiSourceDataset.union([ds, ds[rng.permutation(len(ds))[: len(ds) // 2]]])
+        return MultiSourceDataset.union(
+            [ds, ds[rng.permutation(len(ds))[: len(ds) // 2]]]
+        )
     return ds
