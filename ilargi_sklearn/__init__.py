@@ -5,8 +5,24 @@ Train models directly on several joined tables without building the join: a
 the factorized estimators compute on it through the operator protocol.
 """
 
+from ilargi_sklearn.cluster import FactorizedKMeans
 from ilargi_sklearn.dataset import Join, MultiSourceDataset
+from ilargi_sklearn.decomposition import FactorizedGNMF
+from ilargi_sklearn.linear_model import (
+    FactorizedLinearRegression,
+    FactorizedLogisticRegression,
+)
+from ilargi_sklearn.preprocessing import FactorizedStandardScaler
 
 __version__ = "0.1.0"
 
-__all__ = ["Join", "MultiSourceDataset", "__version__"]
+__all__ = [
+    "FactorizedGNMF",
+    "FactorizedKMeans",
+    "FactorizedLinearRegression",
+    "FactorizedLogisticRegression",
+    "FactorizedStandardScaler",
+    "Join",
+    "MultiSourceDataset",
+    "__version__",
+]

@@ -83,13 +83,18 @@ def validate_X(
 def _check_non_negative_operator(op: Operator, name: str) -> None:
     from ilargi_sklearn.dataset import AffineOperator, FactorizedMatrix
 
-    if isinstance(op, AffineOperator):
+    # A centered dataset (non-zero offset) is treated as possibly negative: its
+    # range is not known without column minima, and centering makes some cells < 0.
+    while isinstance(op, AffineOperator):
         if np.any(op.offset != 0) or np.any(op.scale < 0):
-            raise ValueError(f"Negative values in data passed to {name}.")
+            raise ValueError(
+                f"Negative values in data passed to {name} (the dataset is centered "
+                "or negatively scaled)."
+            )
         op = op.base
     if isinstance(op, FactorizedMatrix):
         for t in op.terms:
             S = t.S
-            vals = S.data if hasattr(S, "data") and not isinstance(S, np.ndarray) else S
+            vals = S if isinstance(S, np.ndarray) else S.data
             if vals.size and vals.min() < 0:
                 raise ValueError(f"Negative values in data passed to {name}.")

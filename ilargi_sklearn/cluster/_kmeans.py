@@ -1,0 +1,753 @@
+"""K-Means clustering (Lloyd's algorithm) on the operator protocol.
+
+The kernels below are module-level functions over an
+:class:`~ilargi_sklearn.dataset.Operator`; the same code runs on a factorized
+multi-source dataset and on a plain (materialized) matrix. They mirror
+scikit-learn's ``_kmeans_single_lloyd`` step by step (greedy k-means++, empty-cluster
+relocation, strict and tolerance-based convergence, the final E-step), so that with
+the same initial centers the fit reproduces ``sklearn.cluster.KMeans``.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    ClusterMixin,
+    TransformerMixin,
+    _fit_context,
+)
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_array, check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.extmath import row_norms
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted
+
+from ilargi_sklearn.dataset import AffineOperator
+from ilargi_sklearn.utils._validation import validate_X
+
+__all__ = ["FactorizedKMeans"]
+
+logger = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------- kernels
+def _tolerance(op, tol):
+    """Scale ``tol`` by the mean column variance of ``T`` (as scikit-learn does).
+
+    The variances come from the column sums and the column sums of squares, so the
+    data are never centered explicitly.
+    """
+    if tol == 0:
+        return 0.0
+    n = op.n_rows
+    mean = np.asarray(op.col_sums(), dtype=np.float64) / n
+    sq = np.asarray(op.col_sq_sums(), dtype=np.float64) / n
+    variances = np.maximum(sq - mean**2, 0.0)
+    return float(np.mean(variances) * tol)
+
+
+def _partial_sq_distances(op, centers):
+    """``||c_j||^2 - 2 t_i . c_j`` for every row ``i`` and center ``j``.
+
+    The row norms ``||t_i||^2`` are left out: the arg-min over ``j`` does not depend
+    on them. One ``matmul`` with ``n_clusters`` columns.
+    """
+    centers_sq = row_norms(centers, squared=True)
+    # A C-ordered right-hand side keeps the per-source products on the fast path.
+    partial = op.matmul(np.ascontiguousarray(centers.T))
+    # In place: n_samples x n_clusters temporaries dominate the cost besides T C^T.
+    partial *= -2.0
+    partial += centers_sq[np.newaxis, :]
+    return partial
+
+
+def _sq_distances(op, Y, x_squared_norms):
+    """Squared Euclidean distances from each row of ``Y`` to every row of ``T``.
+
+    Same arithmetic as scikit-learn's ``_euclidean_distances(Y, X,
+    Y_norm_squared=x_squared_norms, squared=True)``; returns shape
+    ``(Y.shape[0], n_rows)``.
+    """
+    YY = row_norms(Y, squared=True)[:, np.newaxis]
+    distances = -2.0 * op.matmul(np.ascontiguousarray(Y.T)).T
+    distances += YY
+    distances += x_squared_norms[np.newaxis, :]
+    np.maximum(distances, 0, out=distances)
+    return distances
+
+
+def _take_dense_rows(op, rows):
+    """Rows ``T[rows]`` as a dense array (only a handful of rows is extracted)."""
+    return np.asarray(op.take_rows(np.asarray(rows)).materialize("dense"))
+
+
+def _kmeans_plusplus(
+    op, n_clusters, x_squared_norms, sample_weight, random_state, n_local_trials=None
+):
+    """Greedy k-means++ seeding over an operator.
+
+    Follows scikit-learn's ``_kmeans_plusplus``: the first center is drawn with
+    probability proportional to ``sample_weight``; every further center is the best
+    of ``n_local_trials`` candidates drawn proportionally to the weighted squared
+    distance to the closest center so far. Candidate rows are extracted with
+    ``op.take_rows``; their distances to all rows take one ``matmul``.
+
+    Parameters
+    ----------
+    op : Operator of shape (n_samples, n_features)
+        The data.
+    n_clusters : int
+        Number of seeds.
+    x_squared_norms : ndarray of shape (n_samples,)
+        Squared row norms of ``T``.
+    sample_weight : ndarray of shape (n_samples,)
+        Weights of the rows.
+    random_state : RandomState
+        Generator.
+    n_local_trials : int, default=None
+        Candidates per center; ``2 + int(log(n_clusters))`` when None.
+
+    Returns
+    -------
+    centers : ndarray of shape (n_clusters, n_features)
+    indices : ndarray of shape (n_clusters,)
+        Row of ``T`` of each center.
+    """
+    n_samples, n_features = op.shape
+    centers = np.empty((n_clusters, n_features), dtype=op.dtype)
+    if n_local_trials is None:
+        n_local_trials = 2 + int(np.log(n_clusters))
+
+    center_id = random_state.choice(n_samples, p=sample_weight / sample_weight.sum())
+    indices = np.full(n_clusters, -1, dtype=int)
+    centers[0] = _take_dense_rows(op, [center_id])[0]
+    indices[0] = center_id
+
+    closest_dist_sq = _sq_distances(op, centers[0, np.newaxis], x_squared_norms)
+    current_pot = closest_dist_sq @ sample_weight
+
+    for c in range(1, n_clusters):
+        rand_vals = random_state.uniform(size=n_local_trials) * current_pot
+        candidate_ids = np.searchsorted(
+            np.cumsum(sample_weight * closest_dist_sq), rand_vals
+        )
+        # Rounding can put a candidate one past the end, as in scikit-learn.
+        np.clip(candidate_ids, None, closest_dist_sq.size - 1, out=candidate_ids)
+
+        candidates = _take_dense_rows(op, candidate_ids)
+        distance_to_candidates = _sq_distances(op, candidates, x_squared_norms)
+        np.minimum(closest_dist_sq, distance_to_candidates, out=distance_to_candidates)
+        candidates_pot = distance_to_candidates @ sample_weight.reshape(-1, 1)
+
+        best = int(np.argmin(candidates_pot))
+        current_pot = candidates_pot[best]
+        closest_dist_sq = distance_to_candidates[best]
+        centers[c] = candidates[best]
+        indices[c] = candidate_ids[best]
+
+    return centers, indices
+
+
+def _relocate_empty_clusters(
+    op,
+    sample_weight,
+    x_squared_norms,
+    partial,
+    centers_sums,
+    weight_in_clusters,
+    labels,
+):
+    """Move empty clusters to the rows farthest from their centers (in place).
+
+    Mirrors scikit-learn's ``_relocate_empty_clusters_*``: the ``n_empty`` rows with
+    the largest distance to their (old) center each leave their cluster and seed one
+    empty cluster. The distances come from the partial distances of the E-step, so
+    no extra product is needed; only the chosen rows are extracted.
+    """
+    empty_clusters = np.flatnonzero(weight_in_clusters == 0)
+    n_empty = empty_clusters.shape[0]
+    if n_empty == 0:
+        return
+    n_samples = labels.shape[0]
+    distances = x_squared_norms + partial[np.arange(n_samples), labels]
+    np.maximum(distances, 0, out=distances)
+    # scikit-learn computes ||x - c||^2 directly and gives up when it is exactly 0
+    # everywhere (more clusters than distinct rows); the expanded form leaves a
+    # rounding residue instead, so "zero" is relative to the magnitudes involved.
+    scale = float(x_squared_norms.max(initial=0.0)) + float(
+        np.max(np.abs(partial), initial=0.0)
+    )
+    eps = np.finfo(partial.dtype).eps
+    if distances.max() <= 8 * (op.n_cols + 2) * eps * scale:
+        return
+    far_from_centers = np.argpartition(distances, -n_empty)[: -n_empty - 1 : -1]
+    far_rows = _take_dense_rows(op, far_from_centers)
+    for idx in range(n_empty):
+        new_cluster_id = empty_clusters[idx]
+        far_idx = far_from_centers[idx]
+        weight = sample_weight[far_idx]
+        old_cluster_id = labels[far_idx]
+        centers_sums[old_cluster_id] -= far_rows[idx] * weight
+        centers_sums[new_cluster_id] = far_rows[idx] * weight
+        weight_in_clusters[new_cluster_id] = weight
+        weight_in_clusters[old_cluster_id] -= weight
+
+
+def _average_centers(centers_sums, weight_in_clusters):
+    """Divide the per-cluster sums by the cluster weights (in place).
+
+    Empty clusters take the location of the heaviest cluster, in the same loop
+    order as scikit-learn.
+    """
+    argmax_weight = int(np.argmax(weight_in_clusters))
+    for j in range(centers_sums.shape[0]):
+        if weight_in_clusters[j] > 0:
+            centers_sums[j] *= 1.0 / weight_in_clusters[j]
+        else:
+            centers_sums[j] = centers_sums[argmax_weight]
+
+
+def _lloyd_iter(op, sample_weight, centers, x_squared_norms, update_centers=True):
+    """One iteration of Lloyd's algorithm over an operator.
+
+    E-step: ``labels = argmin_j ||c_j||^2 - 2 T C^T`` (one ``matmul`` with
+    ``n_clusters`` columns, row-wise arg-min). M-step: ``C_new = (T^T A) / counts``
+    with ``A`` the weighted one-hot assignment (one ``rmatmul``), empty clusters
+    relocated as in scikit-learn.
+
+    Parameters
+    ----------
+    op : Operator of shape (n_samples, n_features)
+        The data.
+    sample_weight : ndarray of shape (n_samples,)
+        Weights of the rows.
+    centers : ndarray of shape (n_clusters, n_features)
+        Current centers.
+    x_squared_norms : ndarray of shape (n_samples,) or None
+        Squared row norms of ``T``; needed only to relocate empty clusters.
+    update_centers : bool, default=True
+        False runs the E-step only.
+
+    Returns
+    -------
+    labels : ndarray of int32 of shape (n_samples,)
+    partial : ndarray of shape (n_samples, n_clusters)
+        ``||c_j||^2 - 2 t_i . c_j`` for the input centers.
+    centers_new : ndarray of shape (n_clusters, n_features) or None
+    center_shift : ndarray of shape (n_clusters,) or None
+        Euclidean distance between old and new centers.
+    """
+    n_samples = op.n_rows
+    n_clusters = centers.shape[0]
+    partial = _partial_sq_distances(op, centers)
+    labels = np.argmin(partial, axis=1).astype(np.int32)
+    if not update_centers:
+        return labels, partial, None, None
+
+    weight_in_clusters = np.bincount(
+        labels, weights=sample_weight, minlength=n_clusters
+    ).astype(centers.dtype, copy=False)
+    assignment = np.zeros((n_samples, n_clusters), dtype=centers.dtype)
+    assignment[np.arange(n_samples), labels] = sample_weight
+    centers_new = np.ascontiguousarray(op.rmatmul(assignment).T, dtype=centers.dtype)
+
+    _relocate_empty_clusters(
+        op,
+        sample_weight,
+        x_squared_norms,
+        partial,
+        centers_new,
+        weight_in_clusters,
+        labels,
+    )
+    _average_centers(centers_new, weight_in_clusters)
+    center_shift = np.sqrt(((centers_new - centers) ** 2).sum(axis=1))
+    return labels, partial, centers_new, center_shift
+
+
+def _inertia_from_partial(x_squared_norms, partial, labels, sample_weight):
+    """``sum_i w_i ||t_i - c_{l_i}||^2`` from the partial distances of an E-step."""
+    d = x_squared_norms + partial[np.arange(labels.shape[0]), labels]
+    np.maximum(d, 0, out=d)
+    return float(d @ sample_weight)
+
+
+def _labels_inertia(
+    op, sample_weight, centers, x_squared_norms=None, return_inertia=True
+):
+    """E-step: labels of the rows of ``T`` and, optionally, the inertia.
+
+    Parameters
+    ----------
+    op : Operator of shape (n_samples, n_features)
+        The data.
+    sample_weight : ndarray of shape (n_samples,)
+        Weights of the rows.
+    centers : ndarray of shape (n_clusters, n_features)
+        The centers.
+    x_squared_norms : ndarray of shape (n_samples,), default=None
+        Squared row norms (computed when None and the inertia is asked for).
+    return_inertia : bool, default=True
+        Whether to return the inertia too.
+
+    Returns
+    -------
+    labels : ndarray of int32 of shape (n_samples,)
+    inertia : float
+        Only when ``return_inertia``.
+    """
+    labels, partial, _, _ = _lloyd_iter(
+        op, sample_weight, centers, x_squared_norms, update_centers=False
+    )
+    if not return_inertia:
+        return labels
+    if x_squared_norms is None:
+        x_squared_norms = op.row_sq_norms()
+    return labels, _inertia_from_partial(
+        x_squared_norms, partial, labels, sample_weight
+    )
+
+
+def _kmeans_single_lloyd(
+    op, sample_weight, centers_init, x_squared_norms, max_iter, tol
+):
+    """A single run of Lloyd's algorithm, as scikit-learn's ``_kmeans_single_lloyd``.
+
+    Stops at strict convergence (labels unchanged) or when the squared center shift
+    is at most ``tol``; in the latter case (and at ``max_iter``) a final E-step makes
+    the labels match the returned centers.
+
+    Returns
+    -------
+    labels : ndarray of int32 of shape (n_samples,)
+    inertia : float
+    centers : ndarray of shape (n_clusters, n_features)
+    n_iter : int
+    """
+    centers = centers_init
+    labels_old = np.full(op.n_rows, -1, dtype=np.int32)
+    strict_convergence = False
+    for i in range(max_iter):
+        labels, _, centers_new, center_shift = _lloyd_iter(
+            op, sample_weight, centers, x_squared_norms
+        )
+        centers = centers_new
+        if np.array_equal(labels, labels_old):
+            logger.debug("Converged at iteration %d: strict convergence.", i)
+            strict_convergence = True
+            break
+        center_shift_tot = float((center_shift**2).sum())
+        if center_shift_tot <= tol:
+            logger.debug(
+                "Converged at iteration %d: center shift %g within tolerance %g.",
+                i,
+                center_shift_tot,
+                tol,
+            )
+            break
+        labels_old = labels
+
+    if strict_convergence:
+        # The labels are those of the previous centers (unchanged): the inertia is
+        # measured against the new centers, as scikit-learn does.
+        partial = _partial_sq_distances(op, centers)
+    else:
+        # Rerun the E-step so that the labels match the centers.
+        labels, partial, _, _ = _lloyd_iter(
+            op, sample_weight, centers, x_squared_norms, update_centers=False
+        )
+    inertia = _inertia_from_partial(x_squared_norms, partial, labels, sample_weight)
+    return labels, inertia, centers, i + 1
+
+
+def _is_same_clustering(labels1, labels2):
+    """Whether ``labels1`` maps to ``labels2`` by a function (scikit-learn's test)."""
+    pairs = np.unique(np.stack([labels1, labels2]), axis=1)
+    return pairs.shape[1] == np.unique(pairs[0]).shape[0]
+
+
+# ------------------------------------------------------------------------ estimator
+class FactorizedKMeans(
+    ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator
+):
+    """K-Means clustering (Lloyd) on a multi-source dataset without building the join.
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+        The number of clusters and of centers.
+    init : {"k-means++", "random"} or array-like of shape (n_clusters, n_features), \
+            default="k-means++"
+        Initialization: greedy k-means++ (as scikit-learn), ``n_clusters`` rows drawn
+        at random (with probability proportional to ``sample_weight``), or the
+        initial centers.
+    n_init : "auto" or int, default="auto"
+        Number of runs with different seeds; the run with the lowest inertia is
+        kept. "auto" means 1 for "k-means++" and an array, 10 for "random".
+    max_iter : int, default=300
+        Maximum number of Lloyd iterations of one run.
+    tol : float, default=1e-4
+        Convergence tolerance on the squared shift of the centers, relative to the
+        mean variance of the features.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the initialization.
+    strategy : {"factorized", "materialized"}, default="factorized"
+        For a :class:`~ilargi_sklearn.MultiSourceDataset`: compute on the sources
+        ("factorized") or on the joined matrix built once ("materialized"). Arrays
+        are always used as they are.
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray of shape (n_clusters, n_features)
+        The centers.
+    labels_ : ndarray of int32 of shape (n_samples,)
+        Cluster of each training row.
+    inertia_ : float
+        Weighted sum of squared distances of the rows to their center.
+    n_iter_ : int
+        Lloyd iterations of the kept run.
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of the features seen during fit (datasets, and DataFrames with string
+        column names).
+
+    See Also
+    --------
+    sklearn.cluster.KMeans : The scikit-learn estimator this one reproduces.
+    FactorizedGNMF : Factorized non-negative matrix factorization.
+
+    Notes
+    -----
+    With ``T = sum_k I_k S_k M_k^T`` the joined matrix, one Lloyd iteration is
+
+    * distances ``D = rowSqNorms(T) 1^T - 2 T C^T + 1 ||C||^2``: one factorized
+      ``T @ C^T`` (``n_clusters`` columns); the arg-min is row-wise and does not
+      need ``rowSqNorms(T)``;
+    * centers ``C = diag(1 / counts) (T^T A)`` with ``A`` the weighted one-hot
+      assignment: one factorized ``T^T @ A``.
+
+    The squared row norms (for the inertia and k-means++) and the column variances
+    (for ``tol``) are computed once from the sources. Dense data are centered
+    implicitly (an affine operator, as scikit-learn subtracts the mean for
+    accuracy); sparse data are not. Empty clusters are relocated to the rows
+    farthest from their centers, as in scikit-learn, whose distances come from the
+    E-step; only those rows and the k-means++ candidates are ever extracted.
+
+    With the same initial centers (``init=array``) the labels, centers and inertia
+    equal those of ``sklearn.cluster.KMeans(algorithm="lloyd", n_init=1)`` on the
+    joined matrix up to rounding.
+
+    References
+    ----------
+    Sun, Hai et al., "Ilargi: a GPU compatible factorized ML model training
+    framework", 2025.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ilargi_sklearn import MultiSourceDataset
+    >>> from ilargi_sklearn.cluster import FactorizedKMeans
+    >>> base = np.array([[0.0], [0.1], [10.0], [10.1]])
+    >>> dim = np.array([[0.0, 0.0], [5.0, 5.0]])
+    >>> ds = MultiSourceDataset.from_matrices([base, dim], [None, np.array([0, 0, 1, 1])])
+    >>> km = FactorizedKMeans(n_clusters=2, random_state=0).fit(ds)
+    >>> sorted(np.bincount(km.labels_).tolist())
+    [2, 2]
+    >>> km.cluster_centers_[np.argsort(km.cluster_centers_[:, 0])].round(2)
+    array([[ 0.05,  0.  ,  0.  ],
+           [10.05,  5.  ,  5.  ]])
+    """
+
+    _parameter_constraints: dict = {
+        "n_clusters": [Interval(Integral, 1, None, closed="left")],
+        "init": [StrOptions({"k-means++", "random"}), "array-like"],
+        "n_init": [StrOptions({"auto"}), Interval(Integral, 1, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "random_state": ["random_state"],
+        "strategy": [StrOptions({"factorized", "materialized"})],
+    }
+
+    def __init__(
+        self,
+        n_clusters=8,
+        *,
+        init="k-means++",
+        n_init="auto",
+        max_iter=300,
+        tol=1e-4,
+        random_state=None,
+        strategy="factorized",
+    ):
+        self.n_clusters = n_clusters
+        self.init = init
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+        self.strategy = strategy
+
+    # ----------------------------------------------------------------- helpers
+    def _init_is_array(self):
+        return not isinstance(self.init, str)
+
+    def _resolve_n_init(self):
+        if self.n_init == "auto":
+            n_init = 10 if (isinstance(self.init, str) and self.init == "random") else 1
+        else:
+            n_init = self.n_init
+        if self._init_is_array() and n_init != 1:
+            warnings.warn(
+                "Explicit initial center position passed: performing only one init "
+                f"in {type(self).__name__} instead of n_init={n_init}.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            n_init = 1
+        return n_init
+
+    def _check_init_array(self, n_features, dtype):
+        init = check_array(self.init, dtype=dtype, copy=True, order="C")
+        if init.shape[0] != self.n_clusters:
+            raise ValueError(
+                f"The shape of the initial centers {init.shape} does not match the "
+                f"number of clusters {self.n_clusters}."
+            )
+        if init.shape[1] != n_features:
+            raise ValueError(
+                f"The shape of the initial centers {init.shape} does not match the "
+                f"number of features of the data {n_features}."
+            )
+        return init
+
+    def _init_centroids(self, op, x_squared_norms, init, random_state, sample_weight):
+        if isinstance(init, str) and init == "k-means++":
+            centers, _ = _kmeans_plusplus(
+                op, self.n_clusters, x_squared_norms, sample_weight, random_state
+            )
+            return centers
+        if isinstance(init, str) and init == "random":
+            seeds = random_state.choice(
+                op.n_rows,
+                size=self.n_clusters,
+                replace=False,
+                p=sample_weight / sample_weight.sum(),
+            )
+            return _take_dense_rows(op, seeds).astype(op.dtype, copy=False)
+        return init.copy()
+
+    def _check_sample_weight(self, sample_weight, op):
+        # A zero-width stand-in: only the number of rows and the dtype are used.
+        return _check_sample_weight(
+            sample_weight, np.empty((op.n_rows, 0), dtype=op.dtype), dtype=op.dtype
+        )
+
+    def _fit(self, X, sample_weight):
+        op = validate_X(self, X, reset=True, strategy=self.strategy)
+        n_samples, n_features = op.shape
+        if n_samples < self.n_clusters:
+            raise ValueError(
+                f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}."
+            )
+        tol = _tolerance(op, self.tol)
+        n_init = self._resolve_n_init()
+        random_state = check_random_state(self.random_state)
+        sample_weight = self._check_sample_weight(sample_weight, op)
+
+        init = self.init
+        if self._init_is_array():
+            init = self._check_init_array(n_features, op.dtype)
+
+        # Subtract the mean of dense data for accurate distances, implicitly (as
+        # scikit-learn does explicitly); sparse data stay uncentered.
+        x_mean = None
+        fit_op = op
+        if not op.is_sparse:
+            x_mean = (np.asarray(op.col_sums(), dtype=np.float64) / n_samples).astype(
+                op.dtype
+            )
+            fit_op = AffineOperator(op, offset=x_mean)
+            if self._init_is_array():
+                init -= x_mean
+        x_squared_norms = np.asarray(fit_op.row_sq_norms(), dtype=op.dtype)
+
+        best_inertia, best_labels = None, None
+        for _ in range(n_init):
+            centers_init = self._init_centroids(
+                fit_op, x_squared_norms, init, random_state, sample_weight
+            )
+            labels, inertia, centers, n_iter = _kmeans_single_lloyd(
+                fit_op, sample_weight, centers_init, x_squared_norms, self.max_iter, tol
+            )
+            if best_inertia is None or (
+                inertia < best_inertia and not _is_same_clustering(labels, best_labels)
+            ):
+                best_labels, best_centers = labels, centers
+                best_inertia, best_n_iter = inertia, n_iter
+
+        if x_mean is not None:
+            best_centers = best_centers + x_mean
+
+        distinct_clusters = np.unique(best_labels).shape[0]
+        if distinct_clusters < self.n_clusters:
+            warnings.warn(
+                f"Number of distinct clusters ({distinct_clusters}) found smaller than "
+                f"n_clusters ({self.n_clusters}). Possibly due to duplicate points in X.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+
+        self.cluster_centers_ = best_centers
+        self._n_features_out = self.cluster_centers_.shape[0]
+        self.labels_ = best_labels
+        self.inertia_ = best_inertia
+        self.n_iter_ = best_n_iter
+        return op
+
+    def _transform(self, op):
+        centers = self.cluster_centers_.astype(np.float64, copy=False)
+        d = -2.0 * op.matmul(np.ascontiguousarray(centers.T))
+        d += np.asarray(op.row_sq_norms(), dtype=np.float64)[:, np.newaxis]
+        d += row_norms(centers, squared=True)[np.newaxis, :]
+        np.maximum(d, 0, out=d)
+        return np.sqrt(d, out=d).astype(op.dtype, copy=False)
+
+    # ------------------------------------------------------------- public API
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None, sample_weight=None):
+        """Compute k-means clustering.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, MultiSourceDataset} of shape \
+                (n_samples, n_features)
+            Training rows.
+        y : Ignored
+            Not used, present for API consistency.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weight of each row (unused by an array ``init``).
+
+        Returns
+        -------
+        self : FactorizedKMeans
+            Fitted estimator.
+        """
+        self._fit(X, sample_weight)
+        return self
+
+    def fit_predict(self, X, y=None, sample_weight=None):
+        """Fit and return the cluster of each training row.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, MultiSourceDataset} of shape \
+                (n_samples, n_features)
+            Training rows.
+        y : Ignored
+            Not used, present for API consistency.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weight of each row.
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+            Index of the cluster each row belongs to.
+        """
+        return self.fit(X, sample_weight=sample_weight).labels_
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit_transform(self, X, y=None, sample_weight=None):
+        """Fit and return the distances of the training rows to the centers.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, MultiSourceDataset} of shape \
+                (n_samples, n_features)
+            Training rows.
+        y : Ignored
+            Not used, present for API consistency.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weight of each row.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_clusters)
+            Euclidean distance of each row to each center.
+        """
+        op = self._fit(X, sample_weight)
+        return self._transform(op)
+
+    def predict(self, X):
+        """Return the closest center of each row.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, MultiSourceDataset} of shape \
+                (n_samples, n_features)
+            Rows to assign.
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+            Index of the cluster each row belongs to.
+        """
+        check_is_fitted(self)
+        op = validate_X(self, X, reset=False, strategy=self.strategy)
+        sample_weight = np.ones(op.n_rows, dtype=op.dtype)
+        centers = self.cluster_centers_.astype(op.dtype, copy=False)
+        return _labels_inertia(op, sample_weight, centers, return_inertia=False)
+
+    def transform(self, X):
+        """Euclidean distances of the rows to the centers.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, MultiSourceDataset} of shape \
+                (n_samples, n_features)
+            Rows to transform.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_clusters)
+            Distance of each row to each center.
+        """
+        check_is_fitted(self)
+        op = validate_X(self, X, reset=False, strategy=self.strategy)
+        return self._transform(op)
+
+    def score(self, X, y=None, sample_weight=None):
+        """Opposite of the inertia of ``X`` with respect to the centers.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, MultiSourceDataset} of shape \
+                (n_samples, n_features)
+            Rows to score.
+        y : Ignored
+            Not used, present for API consistency.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Weight of each row.
+
+        Returns
+        -------
+        score : float
+            Minus the weighted sum of squared distances to the closest center.
+        """
+        check_is_fitted(self)
+        op = validate_X(self, X, reset=False, strategy=self.strategy)
+        sample_weight = self._check_sample_weight(sample_weight, op)
+        centers = self.cluster_centers_.astype(op.dtype, copy=False)
+        _, inertia = _labels_inertia(op, sample_weight, centers)
+        return -inertia
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags

@@ -1,0 +1,626 @@
+"""Gaussian NMF (Frobenius loss, multiplicative updates) on the operator protocol.
+
+The kernels are module-level functions over an
+:class:`~ilargi_sklearn.dataset.Operator`. They follow scikit-learn's
+``_fit_multiplicative_update`` for ``beta_loss="frobenius"`` step by step (update
+order W then H, ``EPSILON`` replacing zero denominators, the loss checked every ten
+iterations), with the only products that touch the data being ``T H^T`` (``matmul``)
+and ``T^T W`` (``rmatmul``). The Frobenius loss is assembled from ``||T||_F^2`` and
+small matrices, so the joined matrix is never built.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from math import sqrt
+from numbers import Integral, Real
+
+import numpy as np
+from scipy import linalg
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    TransformerMixin,
+    _fit_context,
+)
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_array, check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.extmath import squared_norm, svd_flip
+from sklearn.utils.validation import check_is_fitted, check_non_negative
+
+from ilargi_sklearn.utils._validation import validate_X
+
+__all__ = ["FactorizedGNMF"]
+
+logger = logging.getLogger(__name__)
+
+# scikit-learn's NMF replaces zero denominators by the float32 machine epsilon.
+EPSILON = np.finfo(np.float32).eps
+
+
+# --------------------------------------------------------------------------- kernels
+def _trace_dot(X, Y):
+    """``trace(X @ Y.T)``."""
+    return float(np.dot(X.ravel(), Y.ravel()))
+
+
+def _data_mean(op):
+    """Mean of all entries of ``T``, from its column sums."""
+    n_samples, n_features = op.shape
+    return float(np.asarray(op.col_sums(), dtype=np.float64).sum()) / (
+        n_samples * n_features
+    )
+
+
+def _frobenius_error(norm_X, W, H, XHt):
+    """``||T - W H||_F`` without forming ``W H``.
+
+    ``||T - WH||^2 = ||T||^2 + trace(W^T W H H^T) - 2 trace(W^T (T H^T))``, with
+    ``XHt = T H^T`` from the latest ``matmul``.
+
+    Parameters
+    ----------
+    norm_X : float
+        ``||T||_F^2``.
+    W : ndarray of shape (n_samples, n_components)
+    H : ndarray of shape (n_components, n_features)
+    XHt : ndarray of shape (n_samples, n_components)
+        ``T @ H.T``.
+
+    Returns
+    -------
+    float
+    """
+    norm_WH = _trace_dot(np.linalg.multi_dot([W.T, W, H]), H)
+    cross_prod = _trace_dot(XHt, W)
+    res = (norm_X + norm_WH - 2.0 * cross_prod) / 2.0
+    # The expanded form can go a rounding error below zero at a perfect fit.
+    return sqrt(2.0 * max(res, 0.0))
+
+
+def _multiplicative_update_w(op, W, H, HHt=None, XHt=None, update_H=True):
+    """``W <- W o (T H^T) / (W H H^T)`` (in place), as scikit-learn's MU step.
+
+    ``T H^T`` is one ``matmul``; it and ``H H^T`` are reused when given (``H``
+    unchanged). With ``update_H`` the numerator overwrites ``XHt``, which is then
+    stale (scikit-learn avoids the copy the same way).
+
+    Returns
+    -------
+    W : ndarray of shape (n_samples, n_components)
+    HHt : ndarray of shape (n_components, n_components)
+    XHt : ndarray of shape (n_samples, n_components)
+    """
+    if XHt is None:
+        XHt = np.asarray(op.matmul(np.ascontiguousarray(H.T)), dtype=W.dtype)
+    numerator = XHt if update_H else XHt.copy()
+    if HHt is None:
+        HHt = np.dot(H, H.T)
+    denominator = np.dot(W, HHt)
+    denominator[denominator == 0] = EPSILON
+    numerator /= denominator
+    W *= numerator
+    return W, HHt, XHt
+
+
+def _multiplicative_update_h(op, W, H):
+    """``H <- H o (W^T T) / (W^T W H)`` (in place); ``W^T T = (T^T W)^T`` is one
+    ``rmatmul``."""
+    numerator = np.asarray(op.rmatmul(W), dtype=H.dtype).T.copy()
+    denominator = np.linalg.multi_dot([W.T, W, H])
+    denominator[denominator == 0] = EPSILON
+    numerator /= denominator
+    H *= numerator
+    return H
+
+
+def _fit_multiplicative_update(op, W, H, max_iter=200, tol=1e-4, update_H=True):
+    """Multiplicative updates for the Frobenius loss, as scikit-learn's ``mu`` solver.
+
+    Updates W then H each iteration (W only when ``update_H`` is False) and every
+    ten iterations stops when the relative decrease of ``||T - WH||_F`` since the
+    last check, divided by the initial error, is below ``tol``.
+
+    Parameters
+    ----------
+    op : Operator of shape (n_samples, n_features)
+        Non-negative data.
+    W : ndarray of shape (n_samples, n_components)
+        Initial W (updated in place).
+    H : ndarray of shape (n_components, n_features)
+        Initial H (updated in place unless ``update_H`` is False).
+    max_iter : int, default=200
+        Maximum number of iterations.
+    tol : float, default=1e-4
+        Tolerance of the stopping condition (0 runs ``max_iter`` iterations).
+    update_H : bool, default=True
+        False solves for W with H fixed (``transform``).
+
+    Returns
+    -------
+    W, H : ndarrays
+    n_iter : int
+    error : float or None
+        ``||T - WH||_F`` of the returned factors when the last check computed it.
+    """
+    norm_X = float(np.asarray(op.col_sq_sums(), dtype=np.float64).sum())
+    # T H^T of the initial H serves both the initial error and the first W update.
+    XHt = np.asarray(op.matmul(np.ascontiguousarray(H.T)), dtype=W.dtype)
+    error_at_init = _frobenius_error(norm_X, W, H, XHt)
+    previous_error = error_at_init
+    error = None
+    HHt = None
+    for n_iter in range(1, max_iter + 1):
+        W, HHt, XHt = _multiplicative_update_w(op, W, H, HHt, XHt, update_H)
+        error = None
+        if update_H:
+            H = _multiplicative_update_h(op, W, H)
+            HHt, XHt = None, None
+        if tol > 0 and n_iter % 10 == 0:
+            if XHt is None:
+                # Reused by the next W update: H does not change in between.
+                XHt = np.asarray(op.matmul(np.ascontiguousarray(H.T)), dtype=W.dtype)
+            error = _frobenius_error(norm_X, W, H, XHt)
+            logger.debug("Epoch %02d, error: %f", n_iter, error)
+            # An exact initial fit stays exact (the updates are then identities);
+            # scikit-learn divides by zero here and iterates on with NaNs.
+            if error_at_init == 0 or (previous_error - error) / error_at_init < tol:
+                break
+            previous_error = error
+    return W, H, n_iter, error
+
+
+def _randomized_range_finder(
+    matmul, rmatmul, n_cols, size, n_iter, random_state, dtype
+):
+    """scikit-learn's ``_randomized_range_finder`` with the products as functions.
+
+    ``matmul(Q) = M @ Q`` and ``rmatmul(Q) = M.T @ Q``; LU-normalized power
+    iterations when ``n_iter > 2``, QR at the end.
+    """
+    Q = random_state.normal(size=(n_cols, size))
+    if dtype == np.float32:
+        Q = Q.astype(np.float32, copy=False)
+    qr = lambda A: linalg.qr(A, mode="economic", check_finite=False)  # noqa: E731
+    if n_iter <= 2:
+        normalizer = lambda A: (A, None)  # noqa: E731
+    else:
+        normalizer = lambda A: linalg.lu(A, permute_l=True, check_finite=False)  # noqa: E731
+    for _ in range(n_iter):
+        Q, _ = normalizer(matmul(Q))
+        Q, _ = normalizer(rmatmul(Q))
+    Q, _ = qr(matmul(Q))
+    return Q
+
+
+def _randomized_svd(op, n_components, random_state, n_oversamples=10):
+    """Truncated SVD of ``T`` from products only (scikit-learn's ``_randomized_svd``).
+
+    The Halko et al. randomized range finder needs ``T @ Q`` and ``T^T @ Q`` with
+    ``n_components + n_oversamples`` columns; the small SVD is of ``Q^T T``, itself a
+    product. Same defaults as scikit-learn (``n_iter="auto"``, LU power iterations,
+    ``transpose="auto"``, sign flip), so the result matches
+    ``sklearn.utils.extmath.randomized_svd`` on the joined matrix up to rounding.
+
+    Returns
+    -------
+    U : ndarray of shape (n_samples, n_components)
+    S : ndarray of shape (n_components,)
+    Vt : ndarray of shape (n_components, n_features)
+    """
+    random_state = check_random_state(random_state)
+    n_samples, n_features = op.shape
+    n_random = n_components + n_oversamples
+    n_iter = 7 if n_components < 0.1 * min(n_samples, n_features) else 4
+    transpose = n_samples < n_features
+    if transpose:
+        matmul, rmatmul, n_cols = op.rmatmul, op.matmul, n_samples
+    else:
+        matmul, rmatmul, n_cols = op.matmul, op.rmatmul, n_features
+    Q = _randomized_range_finder(
+        matmul, rmatmul, n_cols, n_random, n_iter, random_state, op.dtype
+    )
+    B = np.asarray(rmatmul(Q)).T
+    Uhat, s, Vt = linalg.svd(B, full_matrices=False, lapack_driver="gesdd")
+    U = Q @ Uhat
+    if not transpose:
+        U, Vt = svd_flip(U, Vt)
+        return U[:, :n_components], s[:n_components], Vt[:n_components, :]
+    U, Vt = svd_flip(U, Vt, u_based_decision=False)
+    return Vt[:n_components, :].T, s[:n_components], U[:, :n_components].T
+
+
+def _initialize_gnmf(op, n_components, init=None, eps=1e-6, random_state=None):
+    """Initial W and H, as scikit-learn's ``_initialize_nmf``.
+
+    "random" scales half-normal entries by ``sqrt(mean(T) / n_components)`` (the mean
+    from the column sums); the NNDSVD variants use :func:`_randomized_svd` on the
+    operator.
+
+    Returns
+    -------
+    W : ndarray of shape (n_samples, n_components)
+    H : ndarray of shape (n_components, n_features)
+    """
+    n_samples, n_features = op.shape
+    dtype = op.dtype
+    if (
+        init is not None
+        and init != "random"
+        and n_components > min(n_samples, n_features)
+    ):
+        raise ValueError(
+            f"init = '{init}' can only be used when n_components <= "
+            f"min(n_samples, n_features); got n_components={n_components} and "
+            f"shape {op.shape}."
+        )
+    if init is None:
+        init = "nndsvda" if n_components <= min(n_samples, n_features) else "random"
+
+    if init == "random":
+        avg = np.sqrt(_data_mean(op) / n_components)
+        rng = check_random_state(random_state)
+        H = avg * rng.standard_normal(size=(n_components, n_features)).astype(
+            dtype, copy=False
+        )
+        W = avg * rng.standard_normal(size=(n_samples, n_components)).astype(
+            dtype, copy=False
+        )
+        np.abs(H, out=H)
+        np.abs(W, out=W)
+        return W.astype(dtype, copy=False), H.astype(dtype, copy=False)
+
+    U, S, V = _randomized_svd(op, n_components, random_state)
+    W = np.zeros_like(U)
+    H = np.zeros_like(V)
+    # The leading singular pair of a non-negative matrix is non-negative.
+    W[:, 0] = np.sqrt(S[0]) * np.abs(U[:, 0])
+    H[0, :] = np.sqrt(S[0]) * np.abs(V[0, :])
+    for j in range(1, n_components):
+        x, y = U[:, j], V[j, :]
+        x_p, y_p = np.maximum(x, 0), np.maximum(y, 0)
+        x_n, y_n = np.abs(np.minimum(x, 0)), np.abs(np.minimum(y, 0))
+        x_p_nrm, y_p_nrm = sqrt(squared_norm(x_p)), sqrt(squared_norm(y_p))
+        x_n_nrm, y_n_nrm = sqrt(squared_norm(x_n)), sqrt(squared_norm(y_n))
+        m_p, m_n = x_p_nrm * y_p_nrm, x_n_nrm * y_n_nrm
+        if m_p > m_n:
+            u, v, sigma = x_p / x_p_nrm, y_p / y_p_nrm, m_p
+        else:
+            u, v, sigma = x_n / x_n_nrm, y_n / y_n_nrm, m_n
+        lbd = np.sqrt(S[j] * sigma)
+        W[:, j] = lbd * u
+        H[j, :] = lbd * v
+    W[W < eps] = 0
+    H[H < eps] = 0
+    if init == "nndsvda":
+        avg = _data_mean(op)
+        W[W == 0] = avg
+        H[H == 0] = avg
+    elif init == "nndsvdar":
+        rng = check_random_state(random_state)
+        avg = _data_mean(op)
+        W[W == 0] = abs(avg * rng.standard_normal(size=len(W[W == 0])) / 100)
+        H[H == 0] = abs(avg * rng.standard_normal(size=len(H[H == 0])) / 100)
+    return W.astype(dtype, copy=False), H.astype(dtype, copy=False)
+
+
+def _check_init(A, shape, whom):
+    """Validate a user-given W or H (shape, non-negative, not all zeros)."""
+    A = check_array(A)
+    if shape[0] != "auto" and A.shape[0] != shape[0]:
+        raise ValueError(
+            f"Array with wrong first dimension passed to {whom}. Expected {shape[0]}, "
+            f"but got {A.shape[0]}."
+        )
+    if shape[1] != "auto" and A.shape[1] != shape[1]:
+        raise ValueError(
+            f"Array with wrong second dimension passed to {whom}. Expected "
+            f"{shape[1]}, but got {A.shape[1]}."
+        )
+    check_non_negative(A, whom)
+    if np.max(A) == 0:
+        raise ValueError(f"Array passed to {whom} is full of zeros.")
+    return A
+
+
+# ------------------------------------------------------------------------ estimator
+class FactorizedGNMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Gaussian NMF (Frobenius loss) on a multi-source dataset without the join.
+
+    Finds non-negative ``W`` (n_samples x n_components) and ``H`` (n_components x
+    n_features) minimizing ``0.5 ||T - W H||_F^2`` by multiplicative updates.
+
+    Parameters
+    ----------
+    n_components : int, "auto" or None, default=None
+        Rank of the factorization. None: ``n_features``; "auto": the number of rows
+        of a custom ``H``, else ``n_features``.
+    init : {"random", "nndsvd", "nndsvda", "nndsvdar", "custom"} or None, \
+            default=None
+        Initialization, as scikit-learn's ``NMF``: None is "nndsvda" when
+        ``n_components <= min(n_samples, n_features)``, else "random"; "custom"
+        takes ``W`` and ``H`` given to :meth:`fit_transform`.
+    max_iter : int, default=200
+        Maximum number of iterations.
+    tol : float, default=1e-4
+        Tolerance of the stopping condition, checked every 10 iterations on the
+        relative decrease of the loss.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the "random", "nndsvd*" initializations.
+    strategy : {"factorized", "materialized"}, default="factorized"
+        For a :class:`~ilargi_sklearn.MultiSourceDataset`: compute on the sources
+        ("factorized") or on the joined matrix built once ("materialized"). Arrays
+        are always used as they are.
+
+    Attributes
+    ----------
+    components_ : ndarray of shape (n_components, n_features)
+        The factor ``H``.
+    n_components_ : int
+        The rank.
+    reconstruction_err_ : float
+        ``||T - W H||_F`` of the training data at the end of fit.
+    n_iter_ : int
+        Iterations run.
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of the features seen during fit (datasets, and DataFrames with string
+        column names).
+
+    See Also
+    --------
+    sklearn.decomposition.NMF : The scikit-learn estimator this one reproduces
+        (``solver="mu"``, ``beta_loss="frobenius"``).
+    FactorizedKMeans : Factorized K-Means clustering.
+
+    Notes
+    -----
+    With ``T = sum_k I_k S_k M_k^T`` the joined matrix, the updates are
+
+    * ``W <- W o (T H^T) / (W (H H^T))``, ``T H^T`` one factorized ``matmul``;
+    * ``H <- H o (T^T W)^T / ((W^T W) H)``, ``T^T W`` one factorized ``rmatmul``;
+
+    every other product is between small dense matrices. The loss is
+    ``||T||_F^2 + trace(W^T W H H^T) - 2 trace(W^T T H^T)`` with ``||T||_F^2`` the sum
+    of the factorized column sums of squares and ``T H^T`` shared with the next W
+    update. The "nndsvd*" initializations take a randomized SVD of ``T`` (Halko et
+    al., the same algorithm and defaults as scikit-learn), which also needs only
+    these two products.
+
+    For the same initial W and H and the same number of iterations the factors
+    equal those of ``sklearn.decomposition.NMF(solver="mu",
+    beta_loss="frobenius", init="custom")`` on the joined matrix up to rounding.
+    Unlike scikit-learn, the W and H passed to :meth:`fit_transform` are not
+    modified.
+
+    References
+    ----------
+    Lee, D. D. and Seung, H. S., "Algorithms for Non-negative Matrix
+    Factorization", NIPS 2001.
+
+    Sun, Hai et al., "Ilargi: a GPU compatible factorized ML model training
+    framework", 2025.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ilargi_sklearn import MultiSourceDataset
+    >>> from ilargi_sklearn.decomposition import FactorizedGNMF
+    >>> base = np.array([[1.0], [2.0], [1.0], [2.0]])
+    >>> dim = np.array([[1.0, 0.5], [0.2, 2.0]])
+    >>> ds = MultiSourceDataset.from_matrices([base, dim], [None, np.array([0, 1, 0, 1])])
+    >>> gnmf = FactorizedGNMF(n_components=2, random_state=0, max_iter=1000, tol=1e-8)
+    >>> W = gnmf.fit_transform(ds)
+    >>> W.shape, gnmf.components_.shape
+    ((4, 2), (2, 3))
+    >>> (W @ gnmf.components_).round(3)
+    array([[1. , 1. , 0.5],
+           [2. , 0.2, 2. ],
+           [1. , 1. , 0.5],
+           [2. , 0.2, 2. ]])
+    >>> round(gnmf.reconstruction_err_, 6)
+    0.0
+    """
+
+    _parameter_constraints: dict = {
+        "n_components": [
+            Interval(Integral, 1, None, closed="left"),
+            None,
+            StrOptions({"auto"}),
+        ],
+        "init": [
+            StrOptions({"random", "nndsvd", "nndsvda", "nndsvdar", "custom"}),
+            None,
+        ],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "random_state": ["random_state"],
+        "strategy": [StrOptions({"factorized", "materialized"})],
+    }
+
+    def __init__(
+        self,
+        n_components=None,
+        *,
+        init=None,
+        max_iter=200,
+        tol=1e-4,
+        random_state=None,
+        strategy="factorized",
+    ):
+        self.n_components = n_components
+        self.init = init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.random_state = random_state
+        self.strategy = strategy
+
+    def _check_w_h(self, op, W, H):
+        n_samples, n_features = op.shape
+        n_components = self.n_components
+        if n_components is None:
+            n_components = n_features
+        if self.init == "custom":
+            name = type(self).__name__
+            H = _check_init(H, (n_components, n_features), f"{name} (input H)")
+            W = _check_init(W, (n_samples, n_components), f"{name} (input W)")
+            if H.dtype != op.dtype or W.dtype != op.dtype:
+                raise TypeError(
+                    "H and W should have the same dtype as X. Got "
+                    f"H.dtype = {H.dtype} and W.dtype = {W.dtype}, X.dtype = "
+                    f"{op.dtype}."
+                )
+            if H.shape[0] != W.shape[1]:
+                raise ValueError(
+                    f"W has {W.shape[1]} columns but H has {H.shape[0]} rows."
+                )
+            # The updates are in place: never modify the caller's arrays.
+            return W.copy(), H.copy()
+        if W is not None or H is not None:
+            warnings.warn(
+                "When init!='custom', provided W or H are ignored. Set "
+                " init='custom' to use them as initialization.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        if n_components == "auto":
+            n_components = n_features
+        if self.init == "nndsvd":
+            warnings.warn(
+                "The multiplicative update solver cannot update zeros present in the "
+                "initialization, and so leads to poorer results when used jointly "
+                "with init='nndsvd'. You may try init='nndsvda' or init='nndsvdar' "
+                "instead.",
+                UserWarning,
+                stacklevel=3,
+            )
+        return _initialize_gnmf(
+            op, n_components, init=self.init, random_state=self.random_state
+        )
+
+    def _warn_max_iter(self, n_iter):
+        if n_iter == self.max_iter and self.tol > 0:
+            warnings.warn(
+                f"Maximum number of iterations {self.max_iter} reached. Increase it "
+                "to improve convergence.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit_transform(self, X, y=None, W=None, H=None):
+        """Learn the factorization and return ``W``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, MultiSourceDataset} of shape \
+                (n_samples, n_features)
+            Non-negative training data.
+        y : Ignored
+            Not used, present for API consistency.
+        W : array-like of shape (n_samples, n_components), default=None
+            Initial W when ``init="custom"`` (not modified).
+        H : array-like of shape (n_components, n_features), default=None
+            Initial H when ``init="custom"`` (not modified).
+
+        Returns
+        -------
+        W : ndarray of shape (n_samples, n_components)
+            The factor ``W`` of the training data.
+        """
+        op = validate_X(
+            self, X, reset=True, strategy=self.strategy, ensure_non_negative=True
+        )
+        W, H = self._check_w_h(op, W, H)
+        W, H, n_iter, error = _fit_multiplicative_update(
+            op, W, H, max_iter=self.max_iter, tol=self.tol, update_H=True
+        )
+        self._warn_max_iter(n_iter)
+        if error is None:
+            norm_X = float(np.asarray(op.col_sq_sums(), dtype=np.float64).sum())
+            error = _frobenius_error(
+                norm_X, W, H, np.asarray(op.matmul(np.ascontiguousarray(H.T)))
+            )
+        self.reconstruction_err_ = error
+        self.n_components_ = H.shape[0]
+        self.components_ = H
+        self.n_iter_ = n_iter
+        return W
+
+    def fit(self, X, y=None, **params):
+        """Learn the factorization.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, MultiSourceDataset} of shape \
+                (n_samples, n_features)
+            Non-negative training data.
+        y : Ignored
+            Not used, present for API consistency.
+        **params : dict
+            ``W`` and ``H`` for ``init="custom"``, passed to :meth:`fit_transform`.
+
+        Returns
+        -------
+        self : FactorizedGNMF
+            Fitted estimator.
+        """
+        self.fit_transform(X, **params)
+        return self
+
+    def transform(self, X):
+        """Solve for ``W`` with ``H = components_`` fixed (multiplicative updates).
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, MultiSourceDataset} of shape \
+                (n_samples, n_features)
+            Non-negative data.
+
+        Returns
+        -------
+        W : ndarray of shape (n_samples, n_components)
+            The factor ``W`` of ``X``.
+        """
+        check_is_fitted(self)
+        op = validate_X(
+            self, X, reset=False, strategy=self.strategy, ensure_non_negative=True
+        )
+        H = self.components_.astype(op.dtype, copy=True)
+        avg = np.sqrt(_data_mean(op) / self.n_components_)
+        W = np.full((op.n_rows, self.n_components_), avg, dtype=op.dtype)
+        W, _, n_iter, _ = _fit_multiplicative_update(
+            op, W, H, max_iter=self.max_iter, tol=self.tol, update_H=False
+        )
+        self._warn_max_iter(n_iter)
+        return W
+
+    def inverse_transform(self, X):
+        """Map ``W`` back to the data space: ``W @ components_``.
+
+        Parameters
+        ----------
+        X : {ndarray, sparse matrix} of shape (n_samples, n_components)
+            Transformed data.
+
+        Returns
+        -------
+        X_original : ndarray of shape (n_samples, n_features)
+            The reconstruction (dense: it is the joined matrix's size).
+        """
+        check_is_fitted(self)
+        return X @ self.components_
+
+    @property
+    def _n_features_out(self):
+        return self.components_.shape[0]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.positive_only = True
+        tags.input_tags.sparse = True
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        return tags

@@ -1,0 +1,529 @@
+"""Factorized ordinary least squares: normal equations, LSQR and gradient descent."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from numbers import Integral, Real
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse as sp
+from scipy.sparse.linalg import LinearOperator, lsqr
+from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import _check_sample_weight, _check_y, check_is_fitted
+
+from ilargi_sklearn.linear_model._loss import (
+    _gradient_descent,
+    _lipschitz_constant,
+    _loss_and_grad,
+    _split_coef,
+)
+from ilargi_sklearn.utils._validation import STRATEGIES, validate_X
+
+__all__ = ["FactorizedLinearRegression"]
+
+logger = logging.getLogger(__name__)
+
+# Above this many features a sparse problem is solved by LSQR on the operator
+# instead of through a dense (n_features, n_features) gram (200 MB at 5000
+# features, and cubic to factor). The threshold is a memory bound, not a measured
+# crossover; the planner's calibration runs are where to tune it.
+_MAX_DENSE_GRAM_FEATURES = 5000
+
+# scikit-learn's LinearRegression solves dense problems with
+# scipy.linalg.lstsq(X, y, cond=1e-6): singular values of the (centered, weighted)
+# design below 1e-6 times the largest are treated as zero. On the gram the
+# eigenvalues are the squared singular values, so the same cut is at 1e-12.
+_LSTSQ_COND = 1e-6
+
+# LSQR atol and btol when ``tol`` is None.
+_LSQR_TOL = 1e-12
+
+
+def _check_y_given(estimator, y):
+    if y is None:
+        raise ValueError(
+            f"{type(estimator).__name__} requires y to be passed, but the target y "
+            "is None."
+        )
+
+
+def _check_n_rows(op, y, name="y"):
+    n_rows, n_y = op.n_rows, y.shape[0]
+    if n_rows != n_y:
+        raise ValueError(
+            f"X has {n_rows} samples but {name} has {n_y}; they must have the same "
+            "number of rows."
+        )
+
+
+# Rounding errors of a gram entry G_ij, in units of eps * sqrt(G_ii G_jj).
+_GRAM_NOISE = 100.0
+
+
+def _psd_solver(G, D, dtype):
+    """A solver for ``G x = b`` with ``G`` symmetric positive semi-definite.
+
+    ``G`` is the centered gram and ``D`` the diagonal of the uncentered gram it came
+    from: the entries of the uncentered gram carry rounding errors of about
+    ``eps * sqrt(D_i D_j)``, and subtracting ``s_sum mu mu^T`` keeps them even where
+    the centered gram is much smaller (columns whose mean is large compared with
+    their spread, constant columns). A direction ``v`` of ``G`` is therefore only
+    resolved when its eigenvalue is above ``eps * (sum_i |v_i| sqrt(D_i))^2``.
+
+    Cholesky when ``G`` is well conditioned (LAPACK's reciprocal condition estimate
+    above scikit-learn's cut, 1e-12 on the gram, and above the worst-case noise);
+    otherwise the pseudo-inverse through the eigendecomposition, dropping the
+    eigenvalues below ``1e-12 * max(eigenvalues)`` or below their own noise level:
+    the minimum-norm solution that ``lstsq`` computes on the design.
+
+    Returns
+    -------
+    solve : callable
+        ``solve(b)`` for ``b`` of shape (n,) or (n, k).
+    rank : int
+        Number of eigenvalues kept (``n`` for the Cholesky path).
+    """
+    n = G.shape[0]
+    eps = _GRAM_NOISE * float(np.finfo(dtype).eps)
+    sqrt_d = np.sqrt(np.maximum(D, 0.0))
+    anorm = float(np.abs(G).sum(axis=0).max(initial=0.0))
+    if anorm > 0 and np.all(np.isfinite(G)):
+        worst_noise = eps * n * float(np.max(D, initial=0.0))
+        rcond = max(_LSTSQ_COND**2, worst_noise / anorm)
+        try:
+            c, lower = scipy.linalg.cho_factor(G, lower=True, check_finite=False)
+            rc, info = scipy.linalg.lapack.dpocon(c, anorm, uplo="L")
+            if info == 0 and rc >= rcond:
+                return (
+                    lambda b: scipy.linalg.cho_solve((c, lower), b, check_finite=False)
+                ), n
+        except np.linalg.LinAlgError:
+            pass
+    eigvals, V = scipy.linalg.eigh(G, check_finite=False)
+    top = float(eigvals[-1]) if n else 0.0
+    noise = eps * (np.abs(V).T @ sqrt_d) ** 2
+    keep = (eigvals > _LSTSQ_COND**2 * top) & (eigvals > noise)
+    rank = int(keep.sum())
+    logger.info(
+        "gram singular or ill-conditioned: minimum-norm solution of rank %d/%d.",
+        rank,
+        n,
+    )
+    Vk, ev = V[:, keep], eigvals[keep]
+
+    def solve(b):
+        coords = Vk.T @ b
+        coords /= ev if b.ndim == 1 else ev[:, None]
+        return Vk @ coords
+
+    return solve, rank
+
+
+def _solve_normal_equations(op, Y, sample_weight, fit_intercept, max_refine=5):
+    """Weighted least squares from the gram of ``T``, with implicit centering.
+
+    With weights ``s``, ``s_sum = sum(s)`` and weighted column means
+    ``mu = s^T T / s_sum``, the centered gram and right-hand side are
+    ``T^T S T - s_sum mu mu^T`` and ``T^T S Y - mu (s^T Y)``: the data are never
+    centered, so sparsity and factorization survive.
+
+    The solution is then refined with the residual computed through the operator
+    (``dW = G_c^+ T_c^T S (Y - T W - b)``: one ``matmul`` and one ``rmatmul`` per
+    step) until the correction stops shrinking, which recovers the accuracy that
+    forming the gram loses on ill-conditioned data and on columns whose means are
+    large compared with their spread.
+
+    Parameters
+    ----------
+    op : Operator of shape (n_samples, n_features)
+    Y : ndarray of shape (n_samples, n_targets)
+    sample_weight : ndarray of shape (n_samples,) or None
+    fit_intercept : bool
+    max_refine : int, default=5
+        Most refinement steps.
+
+    Returns
+    -------
+    coef : ndarray of shape (n_targets, n_features), float64
+    intercept : ndarray of shape (n_targets,), float64
+    rank : int
+        Effective rank of the (centered) gram.
+    """
+    n_samples, n_features = op.shape
+    dtype = op.dtype
+    sw_sum = float(n_samples if sample_weight is None else np.sum(sample_weight))
+    G = np.asarray(op.gram(sample_weight, format="dense"), dtype=np.float64)
+    D = np.diag(G).copy()
+
+    def weighted(R):
+        return R if sample_weight is None else R * sample_weight[:, None]
+
+    SY = weighted(Y)
+    rhs = np.asarray(op.rmatmul(SY.astype(dtype, copy=False)), dtype=np.float64)
+    y_mean = SY.sum(axis=0) / sw_sum
+    if fit_intercept:
+        mu = np.asarray(op.col_sums(sample_weight), dtype=np.float64) / sw_sum
+        G = G - sw_sum * np.outer(mu, mu)
+        rhs = rhs - np.outer(mu, sw_sum * y_mean)
+    else:
+        mu = np.zeros(n_features)
+        y_mean = np.zeros(Y.shape[1])
+    G = 0.5 * (G + G.T)
+    # Columns that are constant up to rounding (a "year" column, a dimension
+    # attribute that never varies) have a centered variance that is pure
+    # cancellation noise, which would also leak into every other direction through
+    # the off-diagonal noise: they get a zero coefficient, as with lstsq.
+    free = np.flatnonzero(np.diag(G) > _GRAM_NOISE * float(np.finfo(dtype).eps) * D)
+    solve_free, rank = _psd_solver(G[np.ix_(free, free)], D[free], dtype)
+
+    def solve(b):
+        x = np.zeros_like(b)
+        x[free] = solve_free(b[free])
+        return x
+
+    coef = solve(rhs)  # (n_features, n_targets)
+    if n_features == 0 or rank == 0:
+        return coef.T, y_mean, rank
+
+    tiny = 10 * float(np.finfo(dtype).eps)
+    previous = np.inf
+    for _ in range(max_refine):
+        intercept = y_mean - mu @ coef
+        R = Y - np.asarray(op.matmul(coef.astype(dtype)), dtype=np.float64) - intercept
+        SR = weighted(R)
+        grad = np.asarray(op.rmatmul(SR.astype(dtype, copy=False)), dtype=np.float64)
+        if fit_intercept:
+            grad -= np.outer(mu, SR.sum(axis=0))
+        step = solve(grad)
+        size = float(np.max(np.abs(step)))
+        if not size < 0.5 * previous:
+            # At the rounding-noise level (or diverging): keep the current solution.
+            break
+        coef = coef + step
+        previous = size
+        if size <= tiny * float(np.max(np.abs(coef))):
+            break
+    return coef.T, y_mean - mu @ coef, rank
+
+
+def _solve_lsqr(op, Y, sample_weight, fit_intercept, tol):
+    """Weighted least squares by LSQR on ``diag(sqrt(s)) (T - 1 mu^T)``.
+
+    The centering stays inside the matrix-vector products (as scikit-learn's sparse
+    ``LinearRegression`` does): ``matvec(v) = sqrt(s) * (T v - mu^T v)`` and
+    ``rmatvec(u) = T^T (sqrt(s) u) - mu sum(sqrt(s) u)``.
+
+    Returns
+    -------
+    coef : ndarray of shape (n_targets, n_features), float64
+    intercept : ndarray of shape (n_targets,), float64
+    n_iter : int
+        Largest LSQR iteration count over the targets.
+    """
+    n_samples, n_features = op.shape
+    dtype = op.dtype
+    sw_sum = float(n_samples if sample_weight is None else np.sum(sample_weight))
+    sqrt_sw = None if sample_weight is None else np.sqrt(sample_weight)
+    if fit_intercept:
+        mu = np.asarray(op.col_sums(sample_weight), dtype=np.float64) / sw_sum
+    else:
+        mu = np.zeros(n_features)
+
+    def matvec(v):
+        v = np.ravel(v)
+        out = np.asarray(op.matmul(v.astype(dtype, copy=False)), dtype=np.float64)
+        out -= mu @ v
+        return out if sqrt_sw is None else out * sqrt_sw
+
+    def rmatvec(u):
+        u = np.ravel(u)
+        if sqrt_sw is not None:
+            u = u * sqrt_sw
+        out = np.asarray(op.rmatmul(u.astype(dtype, copy=False)), dtype=np.float64)
+        return out - mu * u.sum()
+
+    A = LinearOperator(
+        (n_samples, n_features), matvec=matvec, rmatvec=rmatvec, dtype=np.float64
+    )
+    n_targets = Y.shape[1]
+    coef = np.zeros((n_targets, n_features))
+    intercept = np.zeros(n_targets)
+    n_iter = 0
+    for j in range(n_targets):
+        y = np.asarray(Y[:, j], dtype=np.float64)
+        if fit_intercept:
+            wy = y if sample_weight is None else y * sample_weight
+            intercept[j] = wy.sum() / sw_sum
+            y = y - intercept[j]
+        b = y if sqrt_sw is None else y * sqrt_sw
+        result = lsqr(A, b, atol=tol, btol=tol)
+        coef[j] = result[0]
+        n_iter = max(n_iter, int(result[2]))
+    if fit_intercept:
+        intercept -= coef @ mu
+    return coef, intercept, n_iter
+
+
+class FactorizedLinearRegression(RegressorMixin, BaseEstimator):
+    """Ordinary least squares on joined data sources, without building the join.
+
+    Fits ``y ~ T coef + intercept`` where ``T`` is the joined matrix of a
+    :class:`~ilargi_sklearn.MultiSourceDataset` (or a plain array or sparse matrix).
+    The default solver forms the normal equations from the factorized gram
+    ``T^T diag(s) T`` and gives the same model as
+    :class:`sklearn.linear_model.LinearRegression` on the materialized table; the
+    ``"gd"`` solver is the fixed-iteration gradient descent of the factorized-learning
+    papers.
+
+    Parameters
+    ----------
+    fit_intercept : bool, default=True
+        Whether to fit an intercept. The data are centered implicitly, never copied.
+    solver : {"normal", "gd"}, default="normal"
+        * ``"normal"``: exact least squares. The centered gram is solved by Cholesky,
+          or, when it is singular or ill-conditioned, by its pseudo-inverse (the
+          minimum-norm solution, as ``lstsq`` gives). Sparse problems with more than
+          5000 features use LSQR on the operator instead of a dense gram.
+        * ``"gd"``: gradient descent with a fixed step,
+          ``w <- w - learning_rate * T^T (s * (T w + b - y)) / sum(s)`` and the
+          matching intercept step, for ``max_iter`` iterations.
+    max_iter : int, default=20
+        Number of gradient-descent iterations (``solver="gd"`` only).
+    learning_rate : float, default=None
+        Step size of ``solver="gd"``. None uses ``1 / L`` with ``L`` the largest
+        eigenvalue of ``[T, 1]^T diag(s) [T, 1] / sum(s)`` (the Lipschitz constant of
+        the gradient, estimated by power iteration), which is always stable.
+    tol : float, default=None
+        Stopping tolerance of the iterative solvers. For ``solver="gd"``: stop once
+        the largest absolute gradient entry is at most ``tol``; None runs exactly
+        ``max_iter`` iterations, like the paper. For the LSQR path of large sparse
+        problems: LSQR's ``atol`` and ``btol`` (None: 1e-12).
+    strategy : {"factorized", "materialized"}, default="factorized"
+        How a :class:`~ilargi_sklearn.MultiSourceDataset` is used in ``fit``: through
+        its factorized operator, or materialized once into a plain matrix. Both give
+        the same model; plain arrays are always used as they are.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (n_features,) or (n_targets, n_features)
+        Coefficients, 1-D for a 1-D ``y``; dtype of the training data.
+    intercept_ : float or ndarray of shape (n_targets,)
+        Intercept (0.0 when ``fit_intercept=False``).
+    n_iter_ : int
+        Gradient-descent steps (``solver="gd"``), LSQR iterations (largest over the
+        targets) for large sparse problems, or 1 for the direct solve.
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen during fit (datasets, and DataFrames with string
+        column names).
+
+    See Also
+    --------
+    sklearn.linear_model.LinearRegression : The same model on a single matrix.
+    FactorizedLogisticRegression : Factorized logistic regression.
+
+    Notes
+    -----
+    The factorized rewrite: with the joined matrix ``T = sum_k I_k S_k M_k^T``,
+    weights ``s`` (``S = diag(s)``), ``s_sum = sum(s)`` and weighted column means
+    ``mu = s^T T / s_sum``, the normal equations are::
+
+        (T^T S T - s_sum mu mu^T) w = T^T S y - mu (s^T y)
+        b = s^T y / s_sum - mu^T w
+
+    The gram ``T^T S T`` is assembled from per-source blocks
+    ``S_k^T diag(I_k^T s) S_k`` and co-occurrence blocks ``S_k^T (I_k^T S I_l) S_l``,
+    and ``T^T S y`` scatters ``S y`` into each source's rows before one product with
+    ``S_k^T``: no joined row is ever formed, and the data are centered only
+    implicitly. The solution is refined with residuals computed through the
+    operator (one ``T w`` and one ``T^T r`` per step). Gradient descent only needs
+    ``T w`` (per-source products, then a gather) and ``T^T r`` (a scatter, then
+    per-source products).
+
+    Accuracy: the gram squares the condition number of ``T``. For well-conditioned
+    data the result agrees with :class:`~sklearn.linear_model.LinearRegression` to
+    machine precision; on rank-deficient data both return the minimum-norm solution
+    (the same predictions), with singular values below 1e-6 of the largest treated
+    as zero, as scikit-learn's default ``tol`` does, and columns that are constant
+    up to rounding given a zero coefficient. Implicit centering cancels digits on
+    columns whose mean is far larger than their spread: directions whose
+    eigenvalue is below that rounding noise are dropped, so very ill-conditioned
+    data with such columns (condition number above about 1e4 with means a few times
+    the spread) can lose accuracy; standardize them first. A float32 gram is noisier
+    still and is cut accordingly.
+
+    References
+    ----------
+    .. [1] W. Sun, R. Hai et al., "Ilargi: a GPU compatible factorized ML model
+       training framework", 2025.
+    .. [2] L. Chen, A. Kumar, J. Naughton, J. M. Patel, "Towards linear algebra over
+       normalized data", PVLDB 10(11), 2017.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ilargi_sklearn import MultiSourceDataset
+    >>> from ilargi_sklearn.linear_model import FactorizedLinearRegression
+    >>> rng = np.random.default_rng(0)
+    >>> base = rng.standard_normal((100, 2))
+    >>> dim = rng.standard_normal((10, 3))
+    >>> fk = rng.integers(0, 10, 100)
+    >>> ds = MultiSourceDataset.from_matrices([base, dim], [None, fk])
+    >>> y = base @ [1.0, -2.0] + dim[fk] @ [0.5, 0.0, 3.0] + 4.0
+    >>> reg = FactorizedLinearRegression().fit(ds, y)
+    >>> np.round(reg.coef_, 6) + 0.0  # + 0.0 turns -0.0 into 0.0
+    array([ 1. , -2. ,  0.5,  0. ,  3. ])
+    >>> round(float(reg.intercept_), 6)
+    4.0
+    >>> round(reg.score(ds, y), 6)
+    1.0
+    """
+
+    _parameter_constraints: dict = {
+        "fit_intercept": ["boolean"],
+        "solver": [StrOptions({"normal", "gd"})],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "learning_rate": [Interval(Real, 0, None, closed="neither"), None],
+        "tol": [Interval(Real, 0, None, closed="left"), None],
+        "strategy": [StrOptions(set(STRATEGIES))],
+    }
+
+    def __init__(
+        self,
+        *,
+        fit_intercept=True,
+        solver="normal",
+        max_iter=20,
+        learning_rate=None,
+        tol=None,
+        strategy="factorized",
+    ):
+        self.fit_intercept = fit_intercept
+        self.solver = solver
+        self.max_iter = max_iter
+        self.learning_rate = learning_rate
+        self.tol = tol
+        self.strategy = strategy
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None):
+        """Fit the linear model.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, MultiSourceDataset} of shape \
+                (n_samples, n_features)
+            Training data.
+        y : array-like of shape (n_samples,) or (n_samples, n_targets)
+            Target values.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Individual weights for each sample.
+
+        Returns
+        -------
+        self : object
+            Fitted estimator.
+        """
+        op = validate_X(self, X, reset=True, strategy=self.strategy)
+        _check_y_given(self, y)
+        y = _check_y(y, multi_output=True, y_numeric=True, estimator=self)
+        if sp.issparse(y):
+            y = y.toarray()
+        _check_n_rows(op, y)
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(sample_weight, op, dtype=np.float64)
+        dtype = op.dtype
+        n_samples, n_features = op.shape
+        Y = np.asarray(y, dtype=np.float64).reshape(n_samples, -1)
+
+        if self.solver == "gd":
+            coef, intercept, n_iter = self._fit_gd(op, Y, sample_weight)
+        elif op.is_sparse and n_features > _MAX_DENSE_GRAM_FEATURES:
+            logger.info(
+                "%d features on sparse data: LSQR on the operator instead of a dense "
+                "gram.",
+                n_features,
+            )
+            tol = _LSQR_TOL if self.tol is None else self.tol
+            coef, intercept, n_iter = _solve_lsqr(
+                op, Y, sample_weight, self.fit_intercept, tol
+            )
+        else:
+            coef, intercept, _ = _solve_normal_equations(
+                op, Y, sample_weight, self.fit_intercept
+            )
+            n_iter = 1
+
+        coef = coef.astype(dtype, copy=False)
+        intercept = intercept.astype(dtype, copy=False)
+        if y.ndim == 1:
+            self.coef_ = coef[0]
+            self.intercept_ = intercept[0] if self.fit_intercept else 0.0
+        else:
+            self.coef_ = coef
+            self.intercept_ = intercept if self.fit_intercept else 0.0
+        self.n_iter_ = n_iter
+        return self
+
+    def _fit_gd(self, op, Y, sample_weight):
+        n_samples, n_features = op.shape
+        n_targets = Y.shape[1]
+        sw_sum = float(n_samples if sample_weight is None else np.sum(sample_weight))
+        learning_rate = self.learning_rate
+        if learning_rate is None:
+            L = _lipschitz_constant(
+                op, sample_weight, sw_sum, 0.0, self.fit_intercept, "squared"
+            )
+            learning_rate = 1.0 / L if L > 0 else 1.0
+            logger.info("gradient descent step size 1/L = %.3g", learning_rate)
+        w0 = np.zeros(n_targets * (n_features + int(self.fit_intercept)))
+        args = (op, Y, sample_weight, sw_sum, 0.0, self.fit_intercept, n_targets)
+        w, n_iter, converged = _gradient_descent(
+            _loss_and_grad,
+            w0,
+            (*args, "squared"),
+            learning_rate,
+            self.max_iter,
+            self.tol,
+        )
+        if self.tol is not None and not converged:
+            warnings.warn(
+                f"Gradient descent did not reach tol={self.tol} in "
+                f"max_iter={self.max_iter} iterations; increase max_iter or "
+                "learning_rate.",
+                ConvergenceWarning,
+                stacklevel=4,
+            )
+        coef, intercept = _split_coef(w, n_features, n_targets, self.fit_intercept)
+        if intercept is None:
+            intercept = np.zeros(n_targets)
+        return coef.copy(), intercept.copy(), n_iter
+
+    def predict(self, X):
+        """Predict with the linear model.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, MultiSourceDataset} of shape \
+                (n_samples, n_features)
+            Samples; a dataset is used through its factorized operator.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,) or (n_samples, n_targets)
+            Predicted values.
+        """
+        check_is_fitted(self)
+        op = validate_X(self, X, reset=False)
+        return op.matmul(self.coef_.T) + self.intercept_
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.target_tags.multi_output = True
+        return tags

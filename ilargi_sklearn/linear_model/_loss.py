@@ -1,0 +1,237 @@
+"""Loss, gradient and first-order solver kernels of the factorized linear models.
+
+Every function here is a pure function over the operator protocol
+(:class:`~ilargi_sklearn.dataset.Operator`): the data enter only through
+``op.matmul`` (``T @ W``) and ``op.rmatmul`` (``T.T @ G``), so one kernel serves the
+factorized plan (a normalized matrix over several sources) and the materialized
+plan (a plain matrix) alike.
+
+The objective is scikit-learn's ``LinearModelLoss``::
+
+    loss(w) = 1 / s_sum * sum_i s_i l(y_i, T_i W^T + b) + l2_reg_strength / 2 ||W||^2
+
+with sample weights ``s`` (ones by default), ``s_sum = sum_i s_i`` and the intercept
+``b`` not penalized. The pointwise losses ``l`` are
+
+* ``"squared"``: ``1/2 ||raw - y||^2`` (least squares, one column per target);
+* ``"binomial"``: ``log(1 + exp(raw)) - y raw`` with ``y`` in {0, 1} (scikit-learn's
+  ``HalfBinomialLoss``);
+* ``"multinomial"``: ``logsumexp(raw) - raw_y`` over ``n_classes`` columns
+  (``HalfMultinomialLoss``, softmax link).
+
+Parameters are a flat float64 vector, the ravelled C-order array of shape
+``(n_outputs, n_features + fit_intercept)``: row ``k`` holds the coefficients of
+output ``k`` followed by its intercept.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import expit, logsumexp
+
+__all__ = [
+    "LOSSES",
+    "_gradient_descent",
+    "_lipschitz_constant",
+    "_loss_and_grad",
+    "_split_coef",
+]
+
+LOSSES = ("squared", "binomial", "multinomial")
+
+# Upper bounds of the second derivative of each pointwise loss with respect to the
+# raw prediction: 1 for the squared loss, 1/4 for the logistic loss, 1/2 for the
+# softmax cross-entropy (the largest eigenvalue of diag(p) - p p^T).
+_CURVATURE = {"squared": 1.0, "binomial": 0.25, "multinomial": 0.5}
+
+
+def _split_coef(w, n_features, n_outputs, fit_intercept):
+    """Split flat parameters into ``coef`` (n_outputs, n_features) and intercept.
+
+    Returns
+    -------
+    coef : ndarray of shape (n_outputs, n_features)
+        A view on ``w``.
+    intercept : ndarray of shape (n_outputs,) or None
+        A view on ``w``; None without an intercept.
+    """
+    W = w.reshape(n_outputs, n_features + int(fit_intercept))
+    if fit_intercept:
+        return W[:, :n_features], W[:, n_features]
+    return W, None
+
+
+def _raw_prediction(op, coef, intercept):
+    """``T @ coef.T + intercept`` as float64 of shape (n_samples, n_outputs).
+
+    The product runs in the operator's dtype (a float32 operator stays float32:
+    mixing dtypes would make NumPy upcast a copy of the whole matrix on each call);
+    the cheap per-sample arithmetic after it runs in float64.
+    """
+    dtype = op.dtype
+    if coef.shape[0] == 1:
+        # One output: a 1-D right-hand side takes the faster gather path.
+        raw = op.matmul(coef[0].astype(dtype, copy=False))[:, None]
+    else:
+        raw = op.matmul(coef.T.astype(dtype, copy=False))
+    raw = np.asarray(raw, dtype=np.float64)
+    if intercept is not None:
+        raw = raw + intercept
+    return raw
+
+
+def _pointwise(raw, y, loss):
+    """Pointwise losses (n_samples,) and their gradients (n_samples, n_outputs)."""
+    if loss == "squared":
+        residual = raw - y
+        return 0.5 * np.einsum("ij,ij->i", residual, residual), residual
+    if loss == "binomial":
+        z = raw[:, 0]
+        # log(1 + exp(z)) - y z, stable for large |z|.
+        values = np.logaddexp(0.0, z) - y * z
+        return values, (expit(z) - y)[:, None]
+    if loss == "multinomial":
+        lse = logsumexp(raw, axis=1)
+        values = lse - np.einsum("ij,ij->i", y, raw)
+        proba = np.exp(raw - lse[:, None])
+        return values, proba - y
+    raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
+
+
+def _loss_and_grad(
+    w, op, y, sample_weight, sw_sum, l2_reg_strength, fit_intercept, n_outputs, loss
+):
+    """Objective value and gradient, with the data touched only by two products.
+
+    Parameters
+    ----------
+    w : ndarray of shape (n_outputs * (n_features + fit_intercept),)
+        Flat parameters (see the module docstring for the layout).
+    op : Operator
+        The design matrix ``T`` of shape (n_samples, n_features).
+    y : ndarray
+        Targets in the loss' encoding: shape (n_samples,) with values in {0, 1} for
+        ``"binomial"``, one-hot (n_samples, n_classes) for ``"multinomial"``,
+        (n_samples, n_outputs) for ``"squared"``.
+    sample_weight : ndarray of shape (n_samples,) or None
+        Sample weights; None for unit weights.
+    sw_sum : float
+        ``sum(sample_weight)`` (``n_samples`` for unit weights).
+    l2_reg_strength : float
+        Strength of the L2 penalty on the coefficients (not on the intercept).
+    fit_intercept : bool
+        Whether the last parameter of each output is an intercept.
+    n_outputs : int
+        Number of outputs (1 for binomial, n_classes for multinomial).
+    loss : {"squared", "binomial", "multinomial"}
+        Pointwise loss.
+
+    Returns
+    -------
+    value : float
+        ``loss(w)``.
+    grad : ndarray of the shape of ``w``, float64
+        Its gradient. The coefficient part is
+        ``T^T (s * dloss/draw) / s_sum + l2_reg_strength * W``: one ``rmatmul``.
+    """
+    n_features = op.n_cols
+    coef, intercept = _split_coef(w, n_features, n_outputs, fit_intercept)
+    raw = _raw_prediction(op, coef, intercept)
+    values, grad_raw = _pointwise(raw, y, loss)
+    if sample_weight is not None:
+        values = values * sample_weight
+        grad_raw = grad_raw * sample_weight[:, None]
+    grad_raw /= sw_sum
+    value = float(values.sum() / sw_sum)
+
+    grad = np.empty_like(w, dtype=np.float64)
+    g_coef, g_intercept = _split_coef(grad, n_features, n_outputs, fit_intercept)
+    rhs = grad_raw.astype(op.dtype, copy=False)
+    if n_outputs == 1:
+        g_coef[0] = op.rmatmul(rhs[:, 0])
+    else:
+        g_coef[:] = op.rmatmul(rhs).T
+    if l2_reg_strength > 0:
+        value += 0.5 * l2_reg_strength * float(np.sum(coef * coef))
+        g_coef += l2_reg_strength * coef
+    if fit_intercept:
+        g_intercept[:] = grad_raw.sum(axis=0)
+    return value, grad
+
+
+def _lipschitz_constant(
+    op, sample_weight, sw_sum, l2_reg_strength, fit_intercept, loss, n_power_iter=10
+):
+    """Estimate of the Lipschitz constant of the gradient of the objective.
+
+    ``L = c * lambda_max(A^T diag(s) A) / s_sum + l2_reg_strength`` with
+    ``A = [T, 1]`` (``[T]`` without intercept) and ``c`` the curvature bound of the
+    pointwise loss. ``lambda_max`` comes from power iteration on ``A^T diag(s) A``
+    (one ``matmul`` and one ``rmatmul`` per step), started from a fixed
+    pseudo-random vector so that fits are reproducible.
+
+    Power iteration approaches ``lambda_max`` from below; a step size ``1 / L`` stays
+    stable as long as the estimate is above ``lambda_max / 2``; ten steps gave at
+    least 0.87 ``lambda_max`` on every test schema and on anisotropic data.
+    """
+    n_features = op.n_cols
+    n_params = n_features + int(fit_intercept)
+    v = np.random.default_rng(0).standard_normal(n_params)
+    lam = 0.0
+    for _ in range(n_power_iter):
+        norm = np.linalg.norm(v)
+        if norm == 0:
+            break
+        v /= norm
+        Av = np.asarray(op.matmul(v[:n_features].astype(op.dtype)), dtype=np.float64)
+        if fit_intercept:
+            Av = Av + v[n_features]
+        if sample_weight is not None:
+            Av = Av * sample_weight
+        u = np.empty(n_params)
+        u[:n_features] = op.rmatmul(Av.astype(op.dtype, copy=False))
+        if fit_intercept:
+            u[n_features] = Av.sum()
+        lam = float(v @ u)
+        v = u
+    return _CURVATURE[loss] * lam / sw_sum + l2_reg_strength
+
+
+def _gradient_descent(loss_and_grad, w0, args, learning_rate, max_iter, tol):
+    """Fixed-step gradient descent ``w <- w - learning_rate * grad(w)``.
+
+    Parameters
+    ----------
+    loss_and_grad : callable
+        ``loss_and_grad(w, *args) -> (value, grad)``.
+    w0 : ndarray
+        Initial parameters (not modified).
+    args : tuple
+        Extra arguments of ``loss_and_grad``.
+    learning_rate : float
+        Step size.
+    max_iter : int
+        Number of steps when ``tol`` is None (the paper's fixed-iteration solver),
+        otherwise the most steps.
+    tol : float or None
+        Stop before a step once ``max |grad| <= tol``.
+
+    Returns
+    -------
+    w : ndarray
+        Final parameters.
+    n_iter : int
+        Steps taken.
+    converged : bool
+        Whether the gradient fell below ``tol`` (False when ``tol`` is None).
+    """
+    w = np.array(w0, dtype=np.float64, copy=True)
+    for it in range(max_iter):
+        _, grad = loss_and_grad(w, *args)
+        if tol is not None and np.max(np.abs(grad), initial=0.0) <= tol:
+            return w, it, True
+        w -= learning_rate * grad
+    if tol is not None:
+        _, grad = loss_and_grad(w, *args)
+        return w, max_iter, bool(np.max(np.abs(grad), initial=0.0) <= tol)
+    return w, max_iter, False

@@ -1,0 +1,507 @@
+"""Factorized linear and logistic regression: parity with scikit-learn on the
+materialized table, factorized == materialized over every integration scenario, the
+paper's gradient-descent solvers and bad input."""
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+from scipy.optimize import check_grad
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
+from sklearn.linear_model import LinearRegression, LogisticRegression
+
+import ilargi_sklearn.linear_model._linear as linear_module
+from ilargi_sklearn import MultiSourceDataset
+from ilargi_sklearn.linear_model import (
+    FactorizedLinearRegression,
+    FactorizedLogisticRegression,
+)
+from ilargi_sklearn.linear_model._loss import _loss_and_grad
+from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
+from ilargi_sklearn.utils.estimator_checks import (
+    check_cross_validation,
+    check_inputs_unchanged,
+)
+
+# Tight solver settings for parity with scikit-learn at the optimum.
+EXACT = dict(tol=1e-10, max_iter=10_000)
+
+
+def _rtol(dtype):
+    return 1e-4 if np.dtype(dtype) == np.float32 else 1e-7
+
+
+def _star(seed=0, n_rows=300, dim_rows=15, dim_cols=3, base_cols=2):
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal((n_rows, base_cols))
+    dim = rng.standard_normal((dim_rows, dim_cols))
+    fk = rng.integers(0, dim_rows, n_rows)
+    return MultiSourceDataset.from_matrices([base, dim], [None, fk])
+
+
+def _regression_data(seed=0, n=200, d=6, n_targets=None):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    shape = (d,) if n_targets is None else (d, n_targets)
+    beta = rng.uniform(1, 3, shape) * rng.choice([-1, 1], shape)
+    noise = 0.1 * rng.standard_normal((n,) if n_targets is None else (n, n_targets))
+    return X, X @ beta + 3.0 + noise
+
+
+def _classification_data(seed=0, n=300, d=5, n_classes=2):
+    # Labels drawn from the model itself: not separable, so the unpenalized
+    # optimum exists.
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    W = rng.standard_normal((n_classes, d))
+    logits = X @ W.T + rng.standard_normal(n_classes)
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    y = np.array([rng.choice(n_classes, p=row) for row in p])
+    return X, y
+
+
+def _sk_logistic(penalty, **kw):
+    # scikit-learn 1.8+ spells "no penalty" as C=inf (penalty is deprecated).
+    C = kw.pop("C", 1.0)
+    return LogisticRegression(C=np.inf if penalty is None else C, **kw)
+
+
+# --------------------------------------------------------------------- linear
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_linear_matches_sklearn(weighted, fit_intercept):
+    X, y = _regression_data()
+    sw = np.random.default_rng(1).uniform(0.2, 3.0, X.shape[0]) if weighted else None
+    ref = LinearRegression(fit_intercept=fit_intercept).fit(X, y, sample_weight=sw)
+    est = FactorizedLinearRegression(fit_intercept=fit_intercept).fit(
+        X, y, sample_weight=sw
+    )
+    assert est.coef_.shape == ref.coef_.shape == (X.shape[1],)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-8)
+    np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(est.predict(X), ref.predict(X), rtol=1e-8)
+    assert est.n_iter_ == 1
+
+
+def test_linear_multi_output_matches_sklearn():
+    X, Y = _regression_data(n_targets=3)
+    sw = np.random.default_rng(2).uniform(0.5, 2.0, X.shape[0])
+    ref = LinearRegression().fit(X, Y, sample_weight=sw)
+    est = FactorizedLinearRegression().fit(X, Y, sample_weight=sw)
+    assert est.coef_.shape == (3, X.shape[1])
+    assert est.intercept_.shape == (3,)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-8)
+    np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-8)
+    assert est.predict(X).shape == Y.shape
+    # A 2-D y with one column keeps the 2-D shapes, like scikit-learn.
+    one = FactorizedLinearRegression().fit(X, Y[:, :1])
+    assert one.coef_.shape == (1, X.shape[1]) and one.intercept_.shape == (1,)
+
+
+def test_linear_factorized_dataset_matches_sklearn():
+    ds = _star()
+    T = ds.materialize(format="dense")
+    y = T @ np.array([1.0, -2.0, 0.5, 1.5, 3.0]) + 4.0
+    y += 0.05 * np.random.default_rng(3).standard_normal(y.shape)
+    ref = LinearRegression().fit(T, y)
+    est = FactorizedLinearRegression().fit(ds, y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-8)
+    np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-8)
+    np.testing.assert_allclose(est.predict(ds), ref.predict(T), rtol=1e-8)
+    np.testing.assert_array_equal(est.feature_names_in_, ds.feature_names)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_linear_rank_deficient_matches_sklearn_predictions(weighted):
+    rng = np.random.default_rng(4)
+    X, y = _regression_data(seed=4, d=4)
+    # A duplicated column and a linear combination: rank 4 of 6.
+    X = np.column_stack([X, X[:, 0], X[:, 1] - 2 * X[:, 2]])
+    sw = rng.uniform(0.5, 2.0, X.shape[0]) if weighted else None
+    ref = LinearRegression().fit(X, y, sample_weight=sw)
+    est = FactorizedLinearRegression().fit(X, y, sample_weight=sw)
+    np.testing.assert_allclose(est.predict(X), ref.predict(X), rtol=1e-8, atol=1e-8)
+    # Both give the minimum-norm solution.
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-7, atol=1e-8)
+
+
+def test_linear_rank_deficient_factorized_dataset():
+    # A dimension table with 3 rows and 4 columns: after centering its columns span
+    # at most 2 directions, so the joined matrix is rank deficient by design.
+    ds = _star(seed=5, dim_rows=3, dim_cols=4)
+    T = ds.materialize(format="dense")
+    y = np.random.default_rng(5).standard_normal(T.shape[0]) + T[:, 3]
+    ref = LinearRegression().fit(T, y)
+    for strategy in ("factorized", "materialized"):
+        est = FactorizedLinearRegression(strategy=strategy).fit(ds, y)
+        np.testing.assert_allclose(
+            est.predict(ds), ref.predict(T), rtol=1e-8, atol=1e-8
+        )
+
+
+def test_linear_sparse_input_and_lsqr_path(monkeypatch):
+    rng = np.random.default_rng(6)
+    X = sp.random(300, 40, density=0.2, random_state=rng, format="csr")
+    y = X @ rng.standard_normal(40) + 1.0 + 0.01 * rng.standard_normal(300)
+    sw = rng.uniform(0.5, 2.0, 300)
+    ref = LinearRegression().fit(X.toarray(), y, sample_weight=sw)
+    dense_gram = FactorizedLinearRegression().fit(X, y, sample_weight=sw)
+    np.testing.assert_allclose(dense_gram.coef_, ref.coef_, rtol=1e-8)
+    assert dense_gram.n_iter_ == 1
+    # Force the large-sparse path: LSQR on the implicitly centered operator.
+    monkeypatch.setattr(linear_module, "_MAX_DENSE_GRAM_FEATURES", 10)
+    est = FactorizedLinearRegression().fit(X, y, sample_weight=sw)
+    assert est.n_iter_ > 1
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-7)
+    Y = np.column_stack([y, -2 * y + 1])
+    multi = FactorizedLinearRegression().fit(X, Y)
+    np.testing.assert_allclose(
+        multi.predict(X), LinearRegression().fit(X.toarray(), Y).predict(X), rtol=1e-7
+    )
+
+
+def test_linear_gd_paper_solver():
+    X, y = _regression_data(seed=7)
+    ref = LinearRegression().fit(X, y)
+    # The paper's fixed-iteration solver runs exactly max_iter steps and lowers the
+    # loss monotonically with the default step size 1/L.
+    losses = []
+    for n_iter in (1, 5, 20):
+        est = FactorizedLinearRegression(solver="gd", max_iter=n_iter).fit(X, y)
+        assert est.n_iter_ == n_iter
+        losses.append(np.mean((est.predict(X) - y) ** 2))
+    assert losses[0] > losses[1] > losses[2]
+    # Run to convergence it reaches the least-squares solution.
+    est = FactorizedLinearRegression(solver="gd", max_iter=5000, tol=1e-12).fit(X, y)
+    assert est.n_iter_ < 5000
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-8)
+    np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-8)
+
+
+def test_linear_gd_default_step_is_stable_on_badly_scaled_data():
+    X, y = _regression_data(seed=8)
+    X = X * np.array([1000.0, 1.0, 0.01, 1.0, 50.0, 1.0])
+    est = FactorizedLinearRegression(solver="gd", max_iter=50).fit(X, y)
+    mse0 = np.mean((y - y.mean()) ** 2 + y.mean() ** 2)
+    assert np.all(np.isfinite(est.coef_))
+    assert np.mean((est.predict(X) - y) ** 2) < mse0
+    with pytest.warns(ConvergenceWarning, match="tol="):
+        FactorizedLinearRegression(solver="gd", max_iter=2, tol=1e-12).fit(X, y)
+
+
+# ------------------------------------------------------------------- logistic
+@pytest.mark.parametrize("n_classes", [2, 4])
+@pytest.mark.parametrize("penalty", ["l2", None])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_logistic_matches_sklearn(n_classes, penalty, weighted):
+    X, y = _classification_data(seed=n_classes, n_classes=n_classes)
+    sw = np.random.default_rng(9).uniform(0.2, 3.0, X.shape[0]) if weighted else None
+    ref = _sk_logistic(penalty, C=0.5, **EXACT).fit(X, y, sample_weight=sw)
+    est = FactorizedLogisticRegression(penalty=penalty, C=0.5, **EXACT).fit(
+        X, y, sample_weight=sw
+    )
+    n_rows = 1 if n_classes == 2 else n_classes
+    assert est.coef_.shape == ref.coef_.shape == (n_rows, X.shape[1])
+    assert est.intercept_.shape == ref.intercept_.shape == (n_rows,)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        est.predict_proba(X), ref.predict_proba(X), rtol=1e-4, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        est.decision_function(X), ref.decision_function(X), rtol=1e-4, atol=1e-5
+    )
+    np.testing.assert_array_equal(est.classes_, ref.classes_)
+    assert est.n_iter_.shape == (1,) and est.n_iter_.dtype == np.int32
+
+
+def test_logistic_no_intercept_and_dataset_matches_sklearn():
+    ds = _star(seed=10)
+    T = ds.materialize(format="dense")
+    rng = np.random.default_rng(10)
+    y = (T @ rng.standard_normal(5) + rng.logistic(size=T.shape[0]) > 0).astype(int)
+    ref = LogisticRegression(fit_intercept=False, **EXACT).fit(T, y)
+    est = FactorizedLogisticRegression(fit_intercept=False, **EXACT).fit(ds, y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(est.intercept_, [0.0])
+    np.testing.assert_allclose(est.predict_proba(ds), ref.predict_proba(T), atol=1e-6)
+
+
+def test_logistic_outputs_and_string_labels():
+    X, y_int = _classification_data(seed=11, n_classes=3)
+    labels = np.array(["cat", "dog", "emu"])
+    y = labels[y_int]
+    est = FactorizedLogisticRegression().fit(X, y)
+    np.testing.assert_array_equal(est.classes_, labels)
+    proba = est.predict_proba(X)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(est.predict_log_proba(X), np.log(proba), rtol=1e-10)
+    np.testing.assert_array_equal(est.predict(X), labels[proba.argmax(axis=1)])
+    assert est.decision_function(X).shape == (X.shape[0], 3)
+    # Binary: 1-D decision function whose sign picks classes_[1].
+    binary = FactorizedLogisticRegression().fit(X, y_int > 0)
+    scores = binary.decision_function(X)
+    assert scores.shape == (X.shape[0],)
+    np.testing.assert_array_equal(binary.predict(X), scores > 0)
+    np.testing.assert_allclose(
+        binary.predict_log_proba(X), np.log(binary.predict_proba(X)), rtol=1e-10
+    )
+
+
+def test_logistic_convergence_warning():
+    X, y = _classification_data(seed=12)
+    with pytest.warns(ConvergenceWarning, match="max_iter"):
+        est = FactorizedLogisticRegression(max_iter=1).fit(X, y)
+    assert est.n_iter_[0] == 1
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_logistic_gd_reaches_lbfgs_optimum(n_classes):
+    X, y = _classification_data(seed=13, n_classes=n_classes)
+    lbfgs = FactorizedLogisticRegression(**EXACT).fit(X, y)
+    gd = FactorizedLogisticRegression(solver="gd", max_iter=20_000, tol=1e-9).fit(X, y)
+    assert gd.n_iter_[0] < 20_000
+    np.testing.assert_allclose(gd.coef_, lbfgs.coef_, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(gd.intercept_, lbfgs.intercept_, rtol=1e-6, atol=1e-7)
+    # The fixed-iteration paper mode: exactly max_iter steps, better than start.
+    with pytest.warns(ConvergenceWarning):
+        short = FactorizedLogisticRegression(solver="gd", max_iter=10).fit(X, y)
+    assert short.n_iter_[0] == 10
+    assert short.score(X, y) > 1.0 / n_classes
+
+
+@pytest.mark.parametrize("loss", ["squared", "binomial", "multinomial"])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_loss_gradient_is_the_true_gradient(loss, fit_intercept):
+    # Pitfall 3 of DESIGN.md: a published update was not the log-loss gradient.
+    rng = np.random.default_rng(14)
+    ds = _star(seed=14, n_rows=50)
+    op = ds.operator
+    n, d = op.shape
+    k = {"squared": 2, "binomial": 1, "multinomial": 3}[loss]
+    if loss == "squared":
+        y = rng.standard_normal((n, k))
+    elif loss == "binomial":
+        y = rng.integers(0, 2, n).astype(float)
+    else:
+        y = np.eye(k)[rng.integers(0, k, n)]
+    sw = rng.uniform(0.5, 2.0, n)
+    args = (op, y, sw, sw.sum(), 0.3, fit_intercept, k, loss)
+    w = 0.3 * rng.standard_normal(k * (d + fit_intercept))
+
+    def f(w):
+        return _loss_and_grad(w, *args)[0]
+
+    def g(w):
+        return _loss_and_grad(w, *args)[1]
+
+    assert check_grad(f, g, w) < 1e-6 * max(1.0, np.linalg.norm(g(w)))
+
+
+# ------------------------------------------------ factorized == materialized
+def _scenario_targets(ds, seed):
+    T = ds.materialize(format="dense").astype(np.float64)
+    rng = np.random.default_rng(seed)
+    beta = rng.standard_normal((T.shape[1], 3))
+    raw = T @ beta
+    y_reg = raw[:, 0] + 1.0 + 0.1 * rng.standard_normal(T.shape[0])
+    y_bin = (raw[:, 1] + rng.logistic(size=T.shape[0]) > 0).astype(int)
+    y_multi = (raw[:, :3] + rng.gumbel(size=raw[:, :3].shape)).argmax(axis=1)
+    return y_reg, y_bin, y_multi
+
+
+def _assert_same_model(a, b, rtol):
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(a.intercept_, b.intercept_, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_factorized_equals_materialized(scenario):
+    ds = random_dataset(3, scenario=scenario, n_rows=80)
+    dtype = ds.dtype
+    rtol = _rtol(dtype)
+    y_reg, y_bin, y_multi = _scenario_targets(ds, seed=3)
+    sw = np.random.default_rng(4).uniform(0.5, 2.0, len(ds))
+
+    def both(est, y, **fit_kw):
+        fact = est.set_params(strategy="factorized").fit(ds, y, **fit_kw)
+        coef, intercept = fact.coef_.copy(), np.copy(fact.intercept_)
+        mat = est.set_params(strategy="materialized").fit(ds, y, **fit_kw)
+        assert mat.coef_.dtype == dtype and coef.dtype == dtype
+        np.testing.assert_allclose(coef, mat.coef_, rtol=rtol, atol=rtol)
+        np.testing.assert_allclose(intercept, mat.intercept_, rtol=rtol, atol=rtol)
+
+    both(FactorizedLinearRegression(), y_reg)
+    both(
+        FactorizedLinearRegression(), np.column_stack([y_reg, y_bin]), sample_weight=sw
+    )
+    both(FactorizedLinearRegression(solver="gd"), y_reg, sample_weight=sw)
+    # float32 L-BFGS cannot reach 1e-10 gradients: the tolerance follows the dtype.
+    tol = 1e-6 if dtype == np.float32 else 1e-10
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        both(FactorizedLogisticRegression(tol=tol, max_iter=10_000), y_bin)
+        both(
+            FactorizedLogisticRegression(tol=tol, max_iter=10_000),
+            y_multi,
+            sample_weight=sw,
+        )
+        both(FactorizedLogisticRegression(solver="gd", max_iter=30), y_multi)
+
+
+def test_float32_follows_data_dtype_and_matches_float64():
+    ds = random_dataset(5, scenario="star", n_rows=120)
+    y_reg, y_bin, _ = _scenario_targets(ds, seed=5)
+    ds32 = ds.astype(np.float32)
+    for est, y in (
+        (FactorizedLinearRegression(), y_reg),
+        (FactorizedLogisticRegression(tol=1e-6, max_iter=10_000), y_bin),
+    ):
+        m64 = est.fit(ds, y)
+        coef64, intercept64 = m64.coef_.copy(), np.copy(m64.intercept_)
+        m32 = est.fit(ds32, y)
+        assert m32.coef_.dtype == np.float32
+        np.testing.assert_allclose(m32.coef_, coef64, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(m32.intercept_, intercept64, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "est", [FactorizedLinearRegression(), FactorizedLogisticRegression()]
+)
+def test_dense_and_sparse_arrays_give_the_same_model(est):
+    X, y = _classification_data(seed=15)
+    X[np.abs(X) < 0.5] = 0.0
+    dense = est.fit(X, y)
+    coef = dense.coef_.copy()
+    sparse = est.fit(sp.csr_matrix(X), y)
+    np.testing.assert_allclose(sparse.coef_, coef, rtol=1e-7, atol=1e-10)
+    assert not hasattr(sparse, "feature_names_in_")
+
+
+def test_dataset_cross_validation_and_inputs_unchanged():
+    ds = random_dataset(6, scenario="left", n_rows=90)
+    y_reg, y_bin, _ = _scenario_targets(ds, seed=6)
+    check_cross_validation(FactorizedLinearRegression(), ds, y_reg)
+    check_cross_validation(FactorizedLogisticRegression(), ds, y_bin)
+    check_inputs_unchanged(FactorizedLinearRegression(), ds, y_reg)
+    check_inputs_unchanged(FactorizedLogisticRegression(), ds, y_bin)
+
+
+@pytest.mark.parametrize(
+    "est", [FactorizedLinearRegression(), FactorizedLogisticRegression()]
+)
+def test_array_inputs_unchanged(est):
+    X, y = _classification_data(seed=16)
+    sw = np.linspace(0.5, 2.0, X.shape[0])
+    copies = [a.copy() for a in (X, y, sw)]
+    est.fit(X, y, sample_weight=sw)
+    est.predict(X)
+    for a, b in zip((X, y, sw), copies):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_dataframe_feature_names():
+    X, y = _regression_data(seed=17, d=3)
+    df = pd.DataFrame(X, columns=["a", "b", "c"])
+    est = FactorizedLinearRegression().fit(df, y)
+    np.testing.assert_array_equal(est.feature_names_in_, ["a", "b", "c"])
+    np.testing.assert_allclose(
+        est.predict(df), X @ est.coef_ + est.intercept_, rtol=1e-12
+    )
+
+
+# ------------------------------------------------------------------ bad input
+ESTIMATORS = [FactorizedLinearRegression, FactorizedLogisticRegression]
+
+
+@pytest.mark.parametrize("Est", ESTIMATORS)
+def test_nan_in_y(Est):
+    ds = _star()
+    y = np.arange(len(ds)) % 2 * 1.0
+    y[3] = np.nan
+    with pytest.raises(ValueError, match="Input y contains NaN"):
+        Est().fit(ds, y)
+
+
+@pytest.mark.parametrize("Est", ESTIMATORS)
+def test_y_of_wrong_length(Est):
+    ds = _star(n_rows=50)
+    with pytest.raises(ValueError, match="X has 50 samples but y has 49"):
+        Est().fit(ds, np.arange(49) % 2)
+
+
+@pytest.mark.parametrize("Est", ESTIMATORS)
+def test_y_none(Est):
+    with pytest.raises(ValueError, match="requires y to be passed"):
+        Est().fit(_star(), None)
+
+
+def test_single_class():
+    with pytest.raises(ValueError, match="only one class: 'a'"):
+        FactorizedLogisticRegression().fit(_star(n_rows=20), ["a"] * 20)
+
+
+def test_continuous_target_for_classifier():
+    with pytest.raises(ValueError, match="Unknown label type"):
+        FactorizedLogisticRegression().fit(_star(n_rows=20), np.linspace(0, 1, 20))
+
+
+@pytest.mark.parametrize("Est", ESTIMATORS)
+def test_predict_before_fit(Est):
+    with pytest.raises(NotFittedError):
+        Est().predict(_star())
+
+
+@pytest.mark.parametrize("Est", ESTIMATORS)
+def test_predict_with_other_schema(Est):
+    ds = _star(dim_cols=3)
+    y = np.arange(len(ds)) % 2
+    est = Est().fit(ds, y)
+    with pytest.raises(ValueError, match="X has 6 features, but .* is expecting 5"):
+        est.predict(_star(dim_cols=4))
+    renamed = MultiSourceDataset.from_matrices(
+        [np.ones((4, 2)), np.ones((2, 3))],
+        [None, np.array([0, 1, 0, 1])],
+        feature_names=["p", "q", "r", "s", "t"],
+    )
+    with pytest.raises(ValueError, match="feature names"):
+        est.predict(renamed)
+
+
+@pytest.mark.parametrize("Est", ESTIMATORS)
+def test_bad_sample_weight(Est):
+    ds = _star(n_rows=30)
+    y = np.arange(30) % 2
+    with pytest.raises(ValueError, match="sample_weight"):
+        Est().fit(ds, y, sample_weight=np.ones(29))
+
+
+def test_invalid_parameters():
+    ds = _star(n_rows=20)
+    y = np.arange(20) % 2
+    with pytest.raises(ValueError, match="solver"):
+        FactorizedLinearRegression(solver="svd").fit(ds, y)
+    with pytest.raises(ValueError, match="strategy"):
+        FactorizedLogisticRegression(strategy="lazy").fit(ds, y)
+    with pytest.raises(ValueError, match="'C' parameter"):
+        FactorizedLogisticRegression(C=0.0).fit(ds, y)
+
+
+def test_linear_ill_conditioned_with_large_means_matches_sklearn():
+    # Condition number 1e3 and column means far from the spread: the implicitly
+    # centered gram loses digits, the refinement through the operator recovers them.
+    rng = np.random.default_rng(19)
+    U, _ = np.linalg.qr(rng.standard_normal((400, 5)))
+    V, _ = np.linalg.qr(rng.standard_normal((5, 5)))
+    X = (U * np.logspace(0, -3, 5)) @ V.T + np.array([5.0, -3.0, 10.0, 0.0, 7.0])
+    # A constant column (exactly collinear with the intercept), like a year column.
+    X = np.column_stack([X, np.full(400, 2013.0)])
+    y = X[:, :5] @ rng.standard_normal(5) + 0.01 * rng.standard_normal(400)
+    ref = LinearRegression().fit(X, y)
+    est = FactorizedLinearRegression().fit(X, y)
+    np.testing.assert_allclose(est.predict(X), ref.predict(X), rtol=1e-10)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-8, atol=1e-8)
