@@ -7,6 +7,7 @@ feature columns are encoded once per source table, never repeated per target row
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -74,7 +75,9 @@ class Join:
 
         if self.on is not None:
             if self.left_on is not None or self.right_on is not None:
-                raise ValueError(f"join {label!r}: give either on or left_on/right_on, not both.")
+                raise ValueError(
+                    f"join {label!r}: give either on or left_on/right_on, not both."
+                )
             return as_list(self.on), as_list(self.on)
         if self.left_on is None or self.right_on is None:
             raise ValueError(f"join {label!r}: give on, or both left_on and right_on.")
@@ -96,7 +99,7 @@ def _key_kind(s: pd.Series) -> str:
         return "numeric"
     if pd.api.types.is_datetime64_any_dtype(dt):
         return "datetime"
-    if pd.api.types.is_string_dtype(dt) or dt == object:
+    if pd.api.types.is_string_dtype(dt) or pd.api.types.is_object_dtype(dt):
         inferred = pd.api.types.infer_dtype(s, skipna=True)
         if inferred in ("integer", "floating", "mixed-integer-float", "decimal"):
             return "numeric"
@@ -112,12 +115,51 @@ def _key_index(frame: pd.DataFrame, cols: list[str]) -> pd.Index:
     return pd.MultiIndex.from_frame(frame[cols])
 
 
-def _check_columns(frame: pd.DataFrame, cols: Sequence[str], what: str, label: str) -> None:
+def _check_columns(
+    frame: pd.DataFrame, cols: Sequence[str], what: str, label: str
+) -> None:
     missing = [c for c in cols if c not in frame.columns]
     if missing:
         raise ValueError(
             f"{what} {missing} not found in table {label!r}; its columns are "
             f"{list(frame.columns)}."
+        )
+
+
+def _as_list(v: str | Sequence[str] | None) -> list[str]:
+    """A column list; a single string is one column (not its characters)."""
+    if v is None:
+        return []
+    return [v] if isinstance(v, str) else list(v)
+
+
+def _check_table_spec(
+    frame: pd.DataFrame,
+    features: list[str],
+    forced: list[str],
+    impute: Any,
+    label: str,
+    impute_arg: str,
+) -> None:
+    """Validate one table's feature list, categorical list and imputation."""
+    _check_columns(frame, features, "features", label)
+    seen: set[str] = set()
+    repeated = [c for c in features if c in seen or seen.add(c)]
+    if repeated:
+        raise ValueError(f"features of table {label!r} list {repeated} more than once.")
+    stray = [c for c in forced if c not in features]
+    if stray:
+        raise ValueError(
+            f"categorical columns {stray} of table {label!r} are not among its "
+            f"features {features}; add them to the features or drop them."
+        )
+    valid = impute is None or impute in ("zero", "mean", "median")
+    if not valid and isinstance(impute, numbers.Real) and not isinstance(impute, bool):
+        valid = bool(np.isfinite(impute))
+    if not valid:
+        raise ValueError(
+            f"{impute_arg} of table {label!r} must be None, 'zero', 'mean', 'median' or "
+            f"a finite number, got {impute!r}."
         )
 
 
@@ -128,7 +170,7 @@ def _is_categorical(s: pd.Series, forced: Sequence[str]) -> bool:
     return (
         isinstance(dt, pd.CategoricalDtype)
         or pd.api.types.is_string_dtype(dt)
-        or dt == object
+        or pd.api.types.is_object_dtype(dt)
     )
 
 
@@ -141,10 +183,16 @@ def _encode(
     indicator: bool,
     dtype: np.dtype,
     sparse: bool,
-) -> tuple[Any, list[str], dict[str, list[Any]]]:
-    """Encode a table's features: numeric columns as floats, categorical as one-hot."""
+    impute_hint: str = "impute=... on its Join",
+) -> tuple[Any, list[str], list[str | None], dict[str, list[Any]]]:
+    """Encode a table's features: numeric columns as floats, categorical as one-hot.
+
+    Returns the matrix, the names of its columns, the feature each column is a plain
+    copy of (None for one-hot and indicator columns) and the categories.
+    """
     blocks: list[Any] = []
     names: list[str] = []
+    origins: list[str | None] = []
     categories: dict[str, list[Any]] = {}
     any_cat = False
     n = len(frame)
@@ -156,34 +204,47 @@ def _encode(
             if missing.any() and impute is None:
                 raise ValueError(
                     f"source {label!r}, column {col!r} has {int(missing.sum())} missing "
-                    "values; pass impute=... on its Join to encode them as all-zero rows."
+                    f"values; pass {impute_hint} to encode them as all-zero rows."
                 )
-            cat = s.astype("category") if not isinstance(s.dtype, pd.CategoricalDtype) else s
+            cat = (
+                s.astype("category")
+                if not isinstance(s.dtype, pd.CategoricalDtype)
+                else s
+            )
             cats = list(cat.cat.categories)
             codes = cat.cat.codes.to_numpy().astype(np.int64)
             keep = codes >= 0
             block = sp.csr_matrix(
-                (np.ones(int(keep.sum()), dtype=dtype), (np.flatnonzero(keep), codes[keep])),
+                (
+                    np.ones(int(keep.sum()), dtype=dtype),
+                    (np.flatnonzero(keep), codes[keep]),
+                ),
                 shape=(n, len(cats)),
             )
             blocks.append(block)
             names += [f"{label}__{col}_{c}" for c in cats]
+            origins += [None] * len(cats)
             categories[f"{label}__{col}"] = cats
             continue
-        if not (pd.api.types.is_numeric_dtype(s.dtype) or pd.api.types.is_bool_dtype(s.dtype)):
+        if not (
+            pd.api.types.is_numeric_dtype(s.dtype)
+            or pd.api.types.is_bool_dtype(s.dtype)
+        ):
             raise TypeError(
                 f"source {label!r}, column {col!r} has dtype {s.dtype}, which is neither "
                 "numeric nor categorical; convert it or list it in categorical=[...]."
             )
         v = s.to_numpy(dtype=np.float64, na_value=np.nan)
         if np.isinf(v).any():
-            raise ValueError(f"source {label!r}, column {col!r} contains infinite values.")
+            raise ValueError(
+                f"source {label!r}, column {col!r} contains infinite values."
+            )
         bad = np.isnan(v)
         if bad.any():
             if impute is None:
                 raise ValueError(
                     f"source {label!r}, column {col!r} has {int(bad.sum())} NaN values; "
-                    "pass impute='zero' | 'mean' | 'median' | <number> on its Join."
+                    f"pass {impute_hint} ('zero', 'mean', 'median' or a number)."
                 )
             if impute == "zero":
                 fill = 0.0
@@ -200,21 +261,25 @@ def _encode(
             v = np.where(bad, fill, v)
         blocks.append(v.astype(dtype)[:, None])
         names.append(f"{label}__{col}")
+        origins.append(col)
     if indicator:
         blocks.append(np.ones((n, 1), dtype=dtype))
         names.append(f"{label}__matched")
+        origins.append(None)
     if not blocks:
-        return None, names, categories
+        return None, names, origins, categories
     if any_cat and sparse:
         S = sp.hstack([sp.csr_matrix(b) for b in blocks], format="csr", dtype=dtype)
     else:
         S = np.hstack([b.toarray() if sp.issparse(b) else b for b in blocks]).astype(
             dtype, copy=False
         )
-    return S, names, categories
+    return S, names, origins, categories
 
 
-def _expand(counts: np.ndarray, starts: np.ndarray, keep_empty: bool) -> tuple[np.ndarray, np.ndarray]:
+def _expand(
+    counts: np.ndarray, starts: np.ndarray, keep_empty: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """Repeat each target row by its number of matches.
 
     Returns the old target row and the position into the sorted match list of each new
@@ -276,7 +341,9 @@ def from_frames(
     Many-to-one joins keep the base table's row order; inner joins drop unmatched
     rows in order; one-to-many joins repeat a target row once per match, matches in
     the joined table's order; outer joins append the joined table's unmatched rows at
-    the end (pandas sorts outer-join keys instead; compare as sets).
+    the end (pandas sorts outer-join keys instead; compare as sets). As in
+    ``pandas.merge``, missing keys (NaN, None) match missing keys of the joined
+    table; a target row that a ``via`` table did not match matches nothing further.
     """
     from ilargi_sklearn.dataset._multi_source import MultiSourceDataset, _check_dtype
 
@@ -285,12 +352,23 @@ def from_frames(
         raise TypeError(f"base must be a pandas DataFrame, got {type(base).__name__}.")
     if len(base) == 0:
         raise ValueError(f"table {base_name!r} is empty.")
-    _check_columns(base, list(base_features), "features", base_name)
+    base_features = _as_list(base_features)
+    base_categorical = _as_list(base_categorical)
+    _check_table_spec(
+        base, base_features, base_categorical, base_impute, base_name, "base_impute"
+    )
 
     tables: dict[str, pd.DataFrame] = {base_name: base}
-    specs: dict[str, tuple[list[str], Sequence[str], Impute, bool]] = {
-        base_name: (list(base_features), base_categorical, base_impute, False)
+    specs: dict[str, tuple[list[str], list[str], Impute, bool, str]] = {
+        base_name: (
+            base_features,
+            base_categorical,
+            base_impute,
+            False,
+            "base_impute=...",
+        )
     }
+    emptied_by: str | None = None
     n_rows = len(base)
     idx: dict[str, np.ndarray] = {base_name: np.arange(n_rows, dtype=np.int64)}
 
@@ -299,14 +377,20 @@ def from_frames(
             raise TypeError(f"joins[{i}] must be a Join, got {type(j).__name__}.")
         label = j.name if j.name is not None else f"join{i}"
         if label in tables:
-            raise ValueError(f"duplicate source name {label!r}; give each Join a distinct name.")
+            raise ValueError(
+                f"duplicate source name {label!r}; give each Join a distinct name."
+            )
         R = j.table
         if not isinstance(R, pd.DataFrame):
-            raise TypeError(f"join {label!r}: table must be a DataFrame, got {type(R).__name__}.")
+            raise TypeError(
+                f"join {label!r}: table must be a DataFrame, got {type(R).__name__}."
+            )
         if len(R) == 0:
             raise ValueError(f"table {label!r} is empty.")
         if j.how not in ("inner", "left", "outer"):
-            raise ValueError(f"join {label!r}: how must be 'inner', 'left' or 'outer', got {j.how!r}.")
+            raise ValueError(
+                f"join {label!r}: how must be 'inner', 'left' or 'outer', got {j.how!r}."
+            )
         left_name = j.via if j.via is not None else base_name
         if left_name not in tables:
             raise ValueError(
@@ -316,7 +400,8 @@ def from_frames(
         lk, rk = j.keys(label)
         _check_columns(L, lk, "key columns", left_name)
         _check_columns(R, rk, "key columns", label)
-        _check_columns(R, list(j.features), "features", label)
+        features, forced = _as_list(j.features), _as_list(j.categorical)
+        _check_table_spec(R, features, forced, j.impute, label, "impute")
         for a, b in zip(lk, rk):
             ka, kb = _key_kind(L[a]), _key_kind(R[b])
             if "any" not in (ka, kb) and ka != kb:
@@ -352,7 +437,9 @@ def from_frames(
             starts = np.where(left_rows >= 0, starts_l[np.maximum(left_rows, 0)], 0)
             old, p = _expand(counts, starts, keep_empty=j.how != "inner")
             right_rows = pairs["_r"].to_numpy()
-            pos = np.where(p >= 0, right_rows[np.maximum(p, 0)], -1)
+            # Index only where matched: a join matching nothing leaves no pairs at all.
+            pos = np.full(p.shape[0], -1, dtype=np.int64)
+            pos[p >= 0] = right_rows[p[p >= 0]]
             idx = {k: v[old] for k, v in idx.items()}
         if j.how == "outer":
             unmatched = np.setdiff1d(np.arange(len(R)), pos[pos >= 0])
@@ -362,19 +449,45 @@ def from_frames(
                 pos = np.concatenate([pos, unmatched])
         idx[label] = pos.astype(np.int64)
         tables[label] = R
-        specs[label] = (list(j.features), j.categorical, j.impute, j.indicator)
+        specs[label] = (
+            features,
+            forced,
+            j.impute,
+            j.indicator,
+            "impute=... on its Join",
+        )
+        if pos.shape[0] == 0 and n_rows > 0 and emptied_by is None:
+            on = ", ".join(f"{left_name}.{a} = {label}.{b}" for a, b in zip(lk, rk))
+            emptied_by = f"inner join {label!r} matched no row of {left_name!r} ({on})"
         n_rows = pos.shape[0]
 
     if n_rows == 0:
-        raise ValueError("the joins leave no target rows (every inner join must match).")
+        raise ValueError(
+            f"the joins leave no target rows: {emptied_by or 'no join matched'}; check "
+            "the key columns and their values, or use how='left'."
+        )
 
     order = list(tables)
-    coalesce = set(coalesce)
+    coalesce = set(_as_list(coalesce))
+    for col in sorted(coalesce):
+        holders = [name for name in order if col in specs[name][0]]
+        if not holders:
+            raise ValueError(
+                f"coalesce names {col!r}, which no table lists among its features."
+            )
+        for name in holders:
+            if _is_categorical(tables[name][col], specs[name][1]):
+                raise ValueError(
+                    f"coalesce: column {col!r} of table {name!r} is categorical; only "
+                    "numeric columns can be coalesced."
+                )
     prio = list(priority) if priority is not None else order
     unknown = [p for p in prio if p not in tables]
     if unknown:
         raise ValueError(f"priority names unknown sources {unknown}; known: {order}.")
-    prio_idx = {name: r for r, name in enumerate(prio + [o for o in order if o not in prio])}
+    prio_idx = {
+        name: r for r, name in enumerate(prio + [o for o in order if o not in prio])
+    }
 
     sources, indicators, mappings, source_names = [], [], [], []
     feature_names: list[str] = []
@@ -382,23 +495,30 @@ def from_frames(
     shared_owner: dict[str, str] = {}
     for name in order:
         for col in specs[name][0]:
-            if col in coalesce and (col not in shared_owner or prio_idx[name] < prio_idx[shared_owner[col]]):
+            if col in coalesce and (
+                col not in shared_owner or prio_idx[name] < prio_idx[shared_owner[col]]
+            ):
                 shared_owner[col] = name
     categories: dict[str, list[Any]] = {}
     for name in order:
-        feats, forced, impute, indicator = specs[name]
-        S, names, cats = _encode(
-            tables[name], feats, name, forced, impute, indicator, dtype, sparse
+        feats, forced, impute, indicator, impute_hint = specs[name]
+        S, names, origins, cats = _encode(
+            tables[name],
+            feats,
+            name,
+            forced,
+            impute,
+            indicator,
+            dtype,
+            sparse,
+            impute_hint,
         )
-        if S is None:
-            continue
         categories.update(cats)
+        if S is None or S.shape[1] == 0:
+            continue
         cm = np.empty(len(names), dtype=np.int64)
-        for c, fname in enumerate(names):
-            col = fname[len(name) + 2 :]
-            if col in coalesce and col in feats:
-                if f"{name}__{col}" in categories:
-                    raise ValueError(f"coalesce: column {col!r} is categorical; coalesce numeric columns.")
+        for c, (fname, col) in enumerate(zip(names, origins)):
+            if col is not None and col in coalesce:
                 key = f"__shared__{col}"
                 if key not in target_of:
                     target_of[key] = len(feature_names)
@@ -409,12 +529,17 @@ def from_frames(
                 feature_names.append(fname)
         sources.append(S)
         rows = idx[name]
-        identity = rows.shape[0] == S.shape[0] and np.array_equal(rows, np.arange(S.shape[0]))
+        identity = rows.shape[0] == S.shape[0] and np.array_equal(
+            rows, np.arange(S.shape[0])
+        )
         indicators.append(None if identity else rows)
         mappings.append(cm)
         source_names.append(name)
     if not sources:
-        raise ValueError("no features selected: give base_features or Join(features=...).")
+        raise ValueError(
+            "no features selected: give base_features or Join(features=...) (a "
+            "categorical column with only missing values encodes to no columns)."
+        )
     src_prio = sorted(range(len(source_names)), key=lambda k: prio_idx[source_names[k]])
     ds = MultiSourceDataset.from_matrices(
         sources,
@@ -426,5 +551,7 @@ def from_frames(
         dtype=dtype,
     )
     ds.categories_ = categories
-    ds._base_source = source_names.index(base_name) if base_name in source_names else None
+    ds._base_source = (
+        source_names.index(base_name) if base_name in source_names else None
+    )
     return ds

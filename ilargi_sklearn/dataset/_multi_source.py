@@ -19,7 +19,12 @@ from ilargi_sklearn.dataset._operators import (
     Operator,
     Term,
 )
-from ilargi_sklearn.dataset._terms import build_factorized, check_source, indicator_to_index
+from ilargi_sklearn.dataset._terms import (
+    build_factorized,
+    check_finite,
+    check_source,
+    indicator_to_index,
+)
 
 __all__ = ["DatasetDescription", "MultiSourceDataset", "as_operator"]
 
@@ -122,6 +127,11 @@ class MultiSourceDataset:
         self._source_names = list(source_names)
         self._base_source = base_source
         self.categories_ = dict(categories or {})
+        # Lineage for caches that outlive one fit (the planner's materialization
+        # cache): every row slice shares its root's token and knows its root rows.
+        self._root_token = object()
+        self._root_rows: np.ndarray | None = None
+        self._root_operator = operator
 
     # ---------------------------------------------------------------- builders
     @classmethod
@@ -171,12 +181,19 @@ class MultiSourceDataset:
             raise ValueError(
                 f"got {n_sources} sources but {len(indicators)} indicators."
             )
-        names = list(source_names) if source_names is not None else [
-            f"s{k}" for k in range(n_sources)
-        ]
+        names = (
+            list(source_names)
+            if source_names is not None
+            else [f"s{k}" for k in range(n_sources)]
+        )
         if len(names) != n_sources or len(set(names)) != n_sources:
-            raise ValueError(f"source_names must be {n_sources} distinct names, got {names}.")
-        checked = [check_source(S, names[k], dtype) for k, S in enumerate(sources)]
+            raise ValueError(
+                f"source_names must be {n_sources} distinct names, got {names}."
+            )
+        checked = [
+            check_source(S, names[k], dtype, finite=False)
+            for k, S in enumerate(sources)
+        ]
 
         idxs: list[np.ndarray | None] = []
         for k, ind in enumerate(indicators):
@@ -192,7 +209,6 @@ class MultiSourceDataset:
             raise ValueError(
                 f"indicators disagree on the number of target rows: {sorted(lengths)}."
             )
-        n_rows = lengths.pop()
         rowmaps = [RowMap(idx, checked[k].shape[0]) for k, idx in enumerate(idxs)]
 
         if mappings is None:
@@ -233,13 +249,36 @@ class MultiSourceDataset:
             raise ValueError(
                 f"got {len(feature_names)} feature names for {n_cols} target columns."
             )
+        feature_names = list(feature_names)
+        seen: set[Any] = set()
+        duplicated = [f for f in feature_names if f in seen or seen.add(f)]
+        if duplicated:
+            raise ValueError(
+                f"feature names must be unique; {sorted(set(map(str, duplicated)))} "
+                "appear more than once."
+            )
+        # Checked here rather than with the sources, to name the offending feature.
+        for k, (S, cm) in enumerate(zip(checked, colmaps)):
+            check_finite(
+                S,
+                names[k],
+                [
+                    feature_names[c] if c >= 0 else f"unused column {j}"
+                    for j, c in enumerate(cm)
+                ],
+            )
         op = build_factorized(checked, rowmaps, colmaps, n_cols, dtype, priority)
         base = next((k for k, idx in enumerate(idxs) if idx is None), None)
         return cls(op, feature_names, names, base_source=base)
 
     @classmethod
-    def from_frames(cls, base: pd.DataFrame, base_features: Sequence[str] = (),
-                    joins: Sequence[Any] = (), **kwargs: Any) -> MultiSourceDataset:
+    def from_frames(
+        cls,
+        base: pd.DataFrame,
+        base_features: Sequence[str] = (),
+        joins: Sequence[Any] = (),
+        **kwargs: Any,
+    ) -> MultiSourceDataset:
         """Build a dataset from DataFrames and :class:`Join` specifications.
 
         See :func:`ilargi_sklearn.dataset.from_frames` for the parameters.
@@ -268,11 +307,20 @@ class MultiSourceDataset:
         first = datasets[0]
         for d in datasets:
             if not isinstance(d, MultiSourceDataset):
-                raise TypeError(f"union takes MultiSourceDatasets, got {type(d).__name__}.")
+                raise TypeError(
+                    f"union takes MultiSourceDatasets, got {type(d).__name__}."
+                )
             if not isinstance(d._op, FactorizedMatrix):
-                raise TypeError("union takes unscaled datasets (apply scalers after the union).")
-            if list(d.feature_names) != list(first.feature_names) or d.dtype != first.dtype:
-                raise ValueError("union needs datasets with the same feature names and dtype.")
+                raise TypeError(
+                    "union takes unscaled datasets (apply scalers after the union)."
+                )
+            if (
+                list(d.feature_names) != list(first.feature_names)
+                or d.dtype != first.dtype
+            ):
+                raise ValueError(
+                    "union needs datasets with the same feature names and dtype."
+                )
         n_rows = sum(len(d) for d in datasets)
         terms, names = [], []
         row_off, src_off = 0, 0
@@ -280,7 +328,14 @@ class MultiSourceDataset:
             for t in d._op.terms:
                 idx = np.full(n_rows, -1, dtype=np.int64)
                 idx[row_off : row_off + len(d)] = t.rows.idx
-                terms.append(Term(t.S, RowMap(idx, t.rows.n_source_rows), t.cols, t.source + src_off))
+                terms.append(
+                    Term(
+                        t.S,
+                        RowMap(idx, t.rows.n_source_rows),
+                        t.cols,
+                        t.source + src_off,
+                    )
+                )
             names += [f"{n}[{i}]" if len(datasets) > 1 else n for n in d.source_names]
             row_off += len(d)
             src_off += d.n_sources
@@ -346,7 +401,11 @@ class MultiSourceDataset:
     # ----------------------------------------------------------------- slicing
     def __getitem__(self, key: Any) -> MultiSourceDataset:
         if isinstance(key, tuple):
-            if len(key) == 2 and (key[1] is Ellipsis or key[1] == slice(None)):
+            # ``key[1] == slice(None)`` alone would compare an array element-wise.
+            if len(key) == 2 and (
+                key[1] is Ellipsis
+                or (isinstance(key[1], slice) and key[1] == slice(None))
+            ):
                 key = key[0]
             elif len(key) == 1:
                 key = key[0]
@@ -379,7 +438,11 @@ class MultiSourceDataset:
                     f"rows must be an integer array, a boolean mask or a slice; got "
                     f"dtype {key.dtype} with shape {key.shape}."
                 )
-        return self._like(self._op.take_rows(rows))
+        out = self._like(self._op.take_rows(rows))
+        out._root_token = self._root_token
+        out._root_operator = self._root_operator
+        out._root_rows = rows if self._root_rows is None else self._root_rows[rows]
+        return out
 
     # --------------------------------------------------------------- operators
     def _check_rhs(self, W: Any, n: int, side: str) -> np.ndarray:
@@ -402,7 +465,9 @@ class MultiSourceDataset:
         if Y.ndim == 1:
             return self._op.rmatmul(self._check_rhs(Y, len(self), "left"))
         if Y.ndim != 2 or Y.shape[1] != len(self):
-            raise ValueError(f"left operand has shape {Y.shape}; expected (k, {len(self)}).")
+            raise ValueError(
+                f"left operand has shape {Y.shape}; expected (k, {len(self)})."
+            )
         return self._op.rmatmul(Y.T).T
 
     @property
@@ -476,7 +541,32 @@ class MultiSourceDataset:
                 "ds ** p is not factorizable on a scaled or centered dataset; apply it "
                 "before scaling."
             )
-        op = self._op.map_sources(lambda S: S.power(p) if sp.issparse(S) else S**p)
+        # Only the source rows that some target row takes are raised to the power;
+        # the others become 0. Otherwise a row outside the join (dropped by an inner
+        # join or a slice) could turn into NaN (a negative value to a fractional
+        # power) or inf, and the reductions (counts of 0 times NaN) would be NaN.
+        used: dict[int, np.ndarray] = {}
+        for t in self._op.terms:
+            mask = used.setdefault(id(t.S), np.zeros(t.S.shape[0], dtype=bool))
+            if t.rows.is_identity:
+                mask[:] = True
+            else:
+                mask[t.rows.idx[t.rows.idx >= 0]] = True
+
+        def power(S: Any) -> Any:
+            keep = used[id(S)]
+            if sp.issparse(S):
+                if not keep.all():
+                    S = sp.csr_matrix(sp.diags(keep.astype(S.dtype)) @ S)
+                    S.eliminate_zeros()
+                return S.power(p)
+            if keep.all():
+                return S**p
+            out = np.zeros_like(S)
+            out[keep] = S[keep] ** p
+            return out
+
+        op = self._op.map_sources(power)
         return self._like(op)
 
     def _no_shift(self, *_: Any) -> Any:
@@ -528,8 +618,14 @@ class MultiSourceDataset:
         for t in fm.terms:
             r = rows.setdefault(
                 t.source,
-                {"rows": t.S.shape[0], "columns": 0, "nnz": 0, "bytes": 0,
-                 "sparse": t.is_sparse, "matched": 0.0},
+                {
+                    "rows": t.S.shape[0],
+                    "columns": 0,
+                    "nnz": 0,
+                    "bytes": 0,
+                    "sparse": t.is_sparse,
+                    "matched": 0.0,
+                },
             )
             r["columns"] += t.S.shape[1]
             S = t.S
@@ -541,8 +637,12 @@ class MultiSourceDataset:
                     if sp.issparse(S)
                     else S.nbytes
                 )
-            r["matched"] = max(r["matched"], float(t.rows.matched.mean()) if n_rows else 0.0)
-        base_cols = rows[self._base_source]["columns"] if self._base_source in rows else 0
+            r["matched"] = max(
+                r["matched"], float(t.rows.matched.mean()) if n_rows else 0.0
+            )
+        base_cols = (
+            rows[self._base_source]["columns"] if self._base_source in rows else 0
+        )
         table = pd.DataFrame.from_dict(rows, orient="index").sort_index()
         table.index = [self._source_names[k] for k in table.index]
         table["tuple_ratio"] = n_rows / table["rows"].clip(lower=1)
@@ -619,7 +719,10 @@ class _Transposed:
 
 
 def _check_dtype(dtype: Any) -> np.dtype:
-    dtype = np.dtype(dtype)
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise ValueError(f"dtype must be float32 or float64, got {dtype!r}.") from None
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         raise ValueError(f"dtype must be float32 or float64, got {dtype}.")
     return dtype

@@ -17,16 +17,40 @@ import scipy.sparse as sp
 from ilargi_sklearn._backend import RowMap
 from ilargi_sklearn.dataset._operators import FactorizedMatrix, Term
 
-__all__ = ["build_factorized", "check_source", "indicator_to_index"]
+__all__ = ["build_factorized", "check_finite", "check_source", "indicator_to_index"]
 
 
-def check_source(S: Any, name: str, dtype: Any, feature_names: Sequence[str] | None = None) -> Any:
-    """Validate and convert one source matrix to ``dtype`` (CSR if sparse)."""
+def _canonical_csr(A: Any, dtype: Any) -> sp.csr_matrix:
+    """``A`` as CSR without duplicates or explicit zeros, never modifying ``A``.
+
+    ``sp.csr_matrix(A)`` shares the arrays of a CSR input, and ``sum_duplicates`` /
+    ``eliminate_zeros`` work in place, so a copy is made before fixing a
+    non-canonical matrix (the caller's matrix must stay as it was).
+    """
+    out = sp.csr_matrix(A, dtype=dtype)
+    if not out.has_canonical_format or not np.all(out.data != 0):
+        out = out.copy()
+        out.sum_duplicates()
+        out.eliminate_zeros()
+    return out
+
+
+def check_source(
+    S: Any,
+    name: str,
+    dtype: Any,
+    feature_names: Sequence[str] | None = None,
+    *,
+    finite: bool = True,
+) -> Any:
+    """Validate and convert one source matrix to ``dtype`` (CSR if sparse).
+
+    ``feature_names`` names the source's columns in error messages; ``finite=False``
+    leaves the NaN/inf check to a later :func:`check_finite` call (once the names of
+    the columns are known).
+    """
     if sp.issparse(S):
-        S = sp.csr_matrix(S, dtype=dtype)
-        S.sum_duplicates()
-        values = S.data
-        col_of = S.indices
+        S = _canonical_csr(S, dtype)
     else:
         S = np.asarray(S)
         if S.ndim == 1:
@@ -39,33 +63,37 @@ def check_source(S: Any, name: str, dtype: Any, feature_names: Sequence[str] | N
                 "(encode categorical columns first, or use MultiSourceDataset.from_frames)."
             )
         S = np.ascontiguousarray(S, dtype=dtype)
-        values = S
-        col_of = None
-    finite = np.isfinite(values)
-    if not finite.all():
-        if col_of is None:
-            bad_col = int(np.nonzero(~finite.all(axis=0))[0][0])
-        else:
-            bad_col = int(col_of[np.nonzero(~finite)[0][0]])
-        col = feature_names[bad_col] if feature_names is not None else bad_col
-        raise ValueError(
-            f"source {name!r}, column {col!r} contains NaN or infinite values; "
-            "impute them first (from_frames accepts impute=...)."
-        )
+    if finite:
+        check_finite(S, name, feature_names)
     return S
+
+
+def check_finite(S: Any, name: str, feature_names: Sequence[Any] | None = None) -> None:
+    """Raise a ``ValueError`` naming the source and column if ``S`` has NaN or inf."""
+    values = S.data if sp.issparse(S) else S
+    finite = np.isfinite(values)
+    if finite.all():
+        return
+    if sp.issparse(S):
+        bad_col = int(S.indices[np.nonzero(~finite)[0][0]])
+    else:
+        bad_col = int(np.nonzero(~finite.all(axis=0))[0][0])
+    col = feature_names[bad_col] if feature_names is not None else bad_col
+    raise ValueError(
+        f"source {name!r}, column {col!r} contains NaN or infinite values; "
+        "impute them first (from_frames accepts impute=...)."
+    )
 
 
 def indicator_to_index(ind: Any, n_source_rows: int, name: str) -> np.ndarray:
     """Convert an indicator (index vector or sparse binary matrix) to an index vector."""
     if sp.issparse(ind):
-        ind = sp.csr_matrix(ind)
+        ind = _canonical_csr(ind, None)
         if ind.shape[1] != n_source_rows:
             raise ValueError(
                 f"indicator of source {name!r} has {ind.shape[1]} columns but the source "
                 f"has {n_source_rows} rows."
             )
-        ind.sum_duplicates()
-        ind.eliminate_zeros()
         per_row = np.diff(ind.indptr)
         if per_row.max(initial=0) > 1:
             row = int(np.argmax(per_row > 1))
@@ -84,13 +112,13 @@ def indicator_to_index(ind: Any, n_source_rows: int, name: str) -> np.ndarray:
             f"indicator of source {name!r} must be a 1-D integer index vector or a sparse "
             f"binary matrix, got dtype {idx.dtype} and shape {idx.shape}."
         )
-    idx = idx.astype(np.int64)
-    if idx.size and (idx.min() < -1 or idx.max() >= n_source_rows):
+    # Check the range before the cast: a uint64 above the int64 range would wrap.
+    if idx.size and (int(idx.min()) < -1 or int(idx.max()) >= n_source_rows):
         raise ValueError(
             f"indicator of source {name!r} has values in [{idx.min()}, {idx.max()}]; "
             f"expected -1 (no match) or a row in [0, {n_source_rows})."
         )
-    return idx
+    return idx.astype(np.int64)
 
 
 def build_factorized(
@@ -122,7 +150,9 @@ def build_factorized(
     """
     n_sources = len(sources)
     order = list(priority) if priority is not None else []
-    if sorted(set(order)) != sorted(order) or any(not 0 <= k < n_sources for k in order):
+    if sorted(set(order)) != sorted(order) or any(
+        not 0 <= k < n_sources for k in order
+    ):
         raise ValueError(f"priority must list distinct source indices, got {priority}.")
     order += [k for k in range(n_sources) if k not in order]
     rank = {k: r for r, k in enumerate(order)}
