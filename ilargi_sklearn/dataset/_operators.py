@@ -29,6 +29,9 @@ __all__ = ["AffineOperator", "FactorizedMatrix", "MatrixOperator", "Operator", "
 
 Format = Literal["auto", "dense", "sparse"]
 
+#: Output bytes per block of target rows in ``FactorizedMatrix.matmul`` (L2-sized).
+_BLOCK_BYTES = 1 << 20
+
 
 def _result_dtype(op_dtype: np.dtype, X: Any) -> np.dtype:
     return np.result_type(op_dtype, getattr(X, "dtype", np.float64))
@@ -36,6 +39,17 @@ def _result_dtype(op_dtype: np.dtype, X: Any) -> np.dtype:
 
 def _sq(S: Any) -> Any:
     return S.multiply(S) if sp.issparse(S) else S * S
+
+
+def _index(cols: np.ndarray) -> slice | np.ndarray:
+    """``cols`` as a slice when it is a contiguous increasing range.
+
+    Indexing with the slice gives a view where the integer array would copy.
+    """
+    n = cols.shape[0]
+    if n and cols[-1] - cols[0] == n - 1 and (n < 3 or np.all(np.diff(cols) == 1)):
+        return slice(int(cols[0]), int(cols[0]) + n)
+    return cols
 
 
 class Operator(ABC):
@@ -122,6 +136,55 @@ def _to_format(A: Any, sparse: bool) -> Any:
     if sparse:
         return sp.csr_matrix(A)
     return A.toarray() if sp.issparse(A) else np.asarray(A)
+
+
+def _stack_blocks(
+    blocks: list[tuple[np.ndarray, np.ndarray, Any]], n: int, dtype: Any
+) -> sp.csr_matrix | None:
+    """Assemble ``(row cols, col cols, block)`` triples into one CSR matrix.
+
+    Works when every column set is a contiguous range and distinct ranges do not
+    overlap (blocks on the same pair of ranges are summed); returns None otherwise.
+    Stacking CSR block rows with ``hstack``/``vstack`` avoids the COO round trip and
+    its duplicate-summing sort over all non-zeros (the Yelp gram of Hamlet went
+    from 0.49 s to 0.20 s).
+    """
+    grid: dict[tuple[int, int, int, int], Any] = {}
+    spans: set[tuple[int, int]] = set()
+    for rc, cc, B in blocks:
+        ri, ci = _index(rc), _index(cc)
+        if not (isinstance(ri, slice) and isinstance(ci, slice)):
+            return None
+        r, c = (ri.start, ri.stop), (ci.start, ci.stop)
+        spans.update((r, c))
+        key = r + c
+        grid[key] = B if key not in grid else grid[key] + B
+    full: list[tuple[int, int]] = []
+    pos = 0
+    for start, stop in sorted(spans):
+        if start < pos:
+            return None  # overlapping ranges
+        if start > pos:
+            full.append((pos, start))
+        full.append((start, stop))
+        pos = stop
+    if pos < n:
+        full.append((pos, n))
+    block_rows = []
+    for r0, r1 in full:
+        row = []
+        for c0, c1 in full:
+            B = grid.get((r0, r1, c0, c1))
+            # A CSC block's transpose is a CSR view: the lower blocks cost nothing.
+            row.append(
+                sp.csr_matrix((r1 - r0, c1 - c0), dtype=dtype)
+                if B is None
+                else sp.csr_matrix(B, dtype=dtype)
+            )
+        block_rows.append(row[0] if len(row) == 1 else sp.hstack(row, format="csr"))
+    if len(block_rows) == 1:
+        return sp.csr_matrix(block_rows[0])
+    return sp.vstack(block_rows, format="csr")
 
 
 class MatrixOperator(Operator):
@@ -272,19 +335,74 @@ class FactorizedMatrix(Operator):
         shape = (n,) if X.ndim == 1 else (n, X.shape[1])
         return np.zeros(shape, dtype=_result_dtype(self.dtype, X))
 
+    def _row_groups(self) -> list[tuple[RowMap, list[Term]]]:
+        """Terms grouped by shared row map (one gather or scatter per group).
+
+        Identity row maps come first so that their product can start the output.
+        """
+        groups: dict[int, tuple[RowMap, list[Term]]] = {}
+        for t in self.terms:
+            groups.setdefault(id(t.rows), (t.rows, []))[1].append(t)
+        return sorted(groups.values(), key=lambda g: not g[0].is_identity)
+
     def matmul(self, X: np.ndarray) -> np.ndarray:
         X = np.asarray(X)
-        out = self._out(X, self.n_rows)
-        for t in self.terms:
-            # Multiply the small source first, then gather (never I S first).
-            out += t.rows.gather(np.asarray(safe_sparse_dot(t.S, X[t.cols])))
+        dtype = _result_dtype(self.dtype, X)
+        # Per row group: the dense identity terms (multiplied block by block below),
+        # or Z = sum_t S_t X_t, source-sized, to gather (small sources first: never
+        # I S first).
+        parts: list[tuple[RowMap, list[Term], Any]] = []
+        for rows, terms in self._row_groups():
+            if rows.is_identity and not any(t.is_sparse for t in terms):
+                parts.append((rows, terms, None))
+                continue
+            Z = None
+            for t in terms:
+                P = np.asarray(safe_sparse_dot(t.S, X[_index(t.cols)]))
+                Z = P if Z is None else Z + P
+            parts.append((rows, terms, Z))
+        if not parts:
+            return self._out(X, self.n_rows)
+        n = self.n_rows
+        started = parts[0][0].is_identity and parts[0][2] is not None
+        if started:
+            # A fresh n-sized product (sparse identity sources) starts the output.
+            out = parts.pop(0)[2].astype(dtype, copy=False)
+        else:
+            out = np.empty((n,) if X.ndim == 1 else (n, X.shape[1]), dtype=dtype)
+        # Blocks of target rows whose output fits in cache: each block is written
+        # once, no n-sized temporaries (a 1e6 x 8 product ran 1.85x faster and
+        # allocated half the memory).
+        width = 1 if X.ndim == 1 else max(X.shape[1], 1)
+        step = max(1024, _BLOCK_BYTES // (dtype.itemsize * width))
+        for start in range(0, n, step):
+            sel = slice(start, min(start + step, n))
+            o = out[sel]
+            first = not started
+            for rows, terms, Z in parts:
+                if Z is not None:
+                    if first:
+                        o[...] = rows.gather(Z, sel)
+                    else:
+                        o += rows.gather(Z, sel)
+                    first = False
+                    continue
+                for t in terms:
+                    Xt = X[_index(t.cols)]
+                    if first:
+                        np.matmul(t.S[sel], Xt, out=o)
+                    else:
+                        o += t.S[sel] @ Xt
+                    first = False
         return out
 
     def rmatmul(self, Y: np.ndarray) -> np.ndarray:
         Y = np.asarray(Y)
         out = self._out(Y, self.n_cols)
-        for t in self.terms:
-            out[t.cols] += np.asarray(safe_sparse_dot(t.S.T, t.rows.scatter(Y)))
+        for rows, terms in self._row_groups():
+            R = rows.scatter(Y)
+            for t in terms:
+                out[_index(t.cols)] += np.asarray(safe_sparse_dot(t.S.T, R))
         return out
 
     def _block(self, a: Term, b: Term, weights: np.ndarray | None) -> Any:
@@ -299,16 +417,31 @@ class FactorizedMatrix(Operator):
             return safe_sparse_dot(safe_sparse_dot(C.T, a.S).T, b.S)
         return safe_sparse_dot(a.S.T, safe_sparse_dot(C, b.S))
 
+    def _diag_block(self, t: Term, weights: np.ndarray | None) -> Any:
+        """``S^T diag(I^T w) S``."""
+        S = t.S
+        if t.rows.is_identity and weights is None:
+            # A plain S^T S: NumPy hands it to BLAS syrk, no scaled copy of S.
+            return S.T @ S
+        cnt = t.rows.counts(weights).astype(self.dtype, copy=False)
+        if sp.issparse(S):
+            return S.T @ sp.csr_matrix(S.multiply(cnt[:, None]))
+        lo, hi = (float(cnt.min()), float(cnt.max())) if cnt.size else (1.0, 1.0)
+        if lo == hi == 1.0:
+            return S.T @ S
+        if lo >= 0:
+            # (S sqrt(c))^T (S sqrt(c)) is a syrk: half the flops of (S c)^T S.
+            Ss = S * np.sqrt(cnt)[:, None]
+            return Ss.T @ Ss
+        return (S * cnt[:, None]).T @ S
+
     def gram(self, weights: np.ndarray | None = None, format: Format = "auto") -> Any:
         sparse = _resolve_format(format, self.is_sparse)
+        if weights is not None:
+            weights = np.asarray(weights)
         blocks = []
         for i, a in enumerate(self.terms):
-            cnt = a.rows.counts(weights).astype(self.dtype, copy=False)
-            if sp.issparse(a.S):
-                Gaa = a.S.T @ sp.diags(cnt) @ a.S
-            else:
-                Gaa = (a.S * cnt[:, None]).T @ a.S
-            blocks.append((a.cols, a.cols, Gaa))
+            blocks.append((a.cols, a.cols, self._diag_block(a, weights)))
             for b in self.terms[i + 1 :]:
                 Gab = self._block(a, b, weights)
                 blocks.append((a.cols, b.cols, Gab))
@@ -317,7 +450,16 @@ class FactorizedMatrix(Operator):
         if not sparse:
             G = np.zeros((n, n), dtype=self.dtype)
             for rc, cc, B in blocks:
-                G[np.ix_(rc, cc)] += B.toarray() if sp.issparse(B) else B
+                ri, ci = _index(rc), _index(cc)
+                sel = (
+                    (ri, ci)
+                    if isinstance(ri, slice) and isinstance(ci, slice)
+                    else np.ix_(rc, cc)
+                )
+                G[sel] += B.toarray() if sp.issparse(B) else B
+            return G
+        G = _stack_blocks(blocks, n, self.dtype)
+        if G is not None:
             return G
         rows, cols, vals = [], [], []
         for rc, cc, B in blocks:
@@ -326,22 +468,29 @@ class FactorizedMatrix(Operator):
             cols.append(cc[B.col])
             vals.append(B.data)
         return sp.csr_matrix(
-            (np.concatenate(vals).astype(self.dtype), (np.concatenate(rows), np.concatenate(cols))),
+            (
+                np.concatenate(vals).astype(self.dtype),
+                (np.concatenate(rows), np.concatenate(cols)),
+            ),
             shape=(n, n),
         )
 
     def col_sums(self, weights: np.ndarray | None = None) -> np.ndarray:
         out = np.zeros(self.n_cols, dtype=self.dtype)
         for t in self.terms:
-            cnt = t.rows.counts(weights).astype(self.dtype, copy=False)
-            out[t.cols] += np.asarray(safe_sparse_dot(t.S.T, cnt)).ravel()
+            if t.rows.is_identity and weights is None:
+                s = np.asarray(t.S.sum(axis=0)).ravel()
+            else:
+                cnt = t.rows.counts(weights).astype(self.dtype, copy=False)
+                s = np.asarray(safe_sparse_dot(t.S.T, cnt)).ravel()
+            out[_index(t.cols)] += s
         return out
 
     def col_sq_sums(self, weights: np.ndarray | None = None) -> np.ndarray:
         out = np.zeros(self.n_cols, dtype=self.dtype)
         for t in self.terms:
             cnt = t.rows.counts(weights).astype(self.dtype, copy=False)
-            out[t.cols] += np.asarray(safe_sparse_dot(_sq(t.S).T, cnt)).ravel()
+            out[_index(t.cols)] += np.asarray(safe_sparse_dot(_sq(t.S).T, cnt)).ravel()
         return out
 
     def row_sq_norms(self, col_weights: np.ndarray | None = None) -> np.ndarray:
@@ -380,9 +529,21 @@ class FactorizedMatrix(Operator):
         n, m = self.shape
         if not sparse:
             out = np.zeros((n, m), dtype=self.dtype)
+            written = np.zeros(m, dtype=bool)
             for t in self.terms:
                 S = t.S.toarray() if sp.issparse(t.S) else t.S
-                out[:, t.cols] += t.rows.gather(S)
+                sel = _index(t.cols)
+                # The first owner of these columns writes, later ones add.
+                add = bool(written[sel].any())
+                written[sel] = True
+                # Blocks of target rows: no n-sized gathered temporary.
+                step = max(1024, _BLOCK_BYTES // max(S.shape[1] * S.itemsize, 1))
+                for start in range(0, n, step):
+                    rows = slice(start, min(start + step, n))
+                    if add:
+                        out[rows, sel] += t.rows.gather(S, rows)
+                    else:
+                        out[rows, sel] = t.rows.gather(S, rows)
             return out
         rows, cols, vals = [], [], []
         for t in self.terms:
@@ -427,7 +588,10 @@ class AffineOperator(Operator):
     """
 
     def __init__(
-        self, base: Operator, scale: np.ndarray | None = None, offset: np.ndarray | None = None
+        self,
+        base: Operator,
+        scale: np.ndarray | None = None,
+        offset: np.ndarray | None = None,
     ) -> None:
         n = base.n_cols
         dtype = base.dtype
@@ -436,7 +600,9 @@ class AffineOperator(Operator):
             np.ones(n, dtype=dtype) if scale is None else np.asarray(scale, dtype=dtype)
         )
         self.offset = (
-            np.zeros(n, dtype=dtype) if offset is None else np.asarray(offset, dtype=dtype)
+            np.zeros(n, dtype=dtype)
+            if offset is None
+            else np.asarray(offset, dtype=dtype)
         )
         self.shape = base.shape
         self.dtype = dtype
@@ -473,7 +639,9 @@ class AffineOperator(Operator):
 
     def gram(self, weights: np.ndarray | None = None, format: Format = "auto") -> Any:
         sparse = _resolve_format(format, self.is_sparse)
-        G = self.base.gram(weights, format="sparse" if (sparse and not self.has_offset) else "dense")
+        G = self.base.gram(
+            weights, format="sparse" if (sparse and not self.has_offset) else "dense"
+        )
         if self.has_offset:
             s = self.base.col_sums(weights)
             w_sum = self.n_rows if weights is None else float(np.sum(weights))
@@ -501,7 +669,9 @@ class AffineOperator(Operator):
         c = self.scale**2 if col_weights is None else self.scale**2 * col_weights
         out = self.base.row_sq_norms(c)
         if self.has_offset:
-            out = out - 2 * self.base.matmul(c * self.offset) + float(c @ self.offset**2)
+            out = (
+                out - 2 * self.base.matmul(c * self.offset) + float(c @ self.offset**2)
+            )
         return out
 
     def take_rows(self, rows: np.ndarray) -> AffineOperator:
