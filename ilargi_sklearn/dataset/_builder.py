@@ -109,10 +109,30 @@ def _key_kind(s: pd.Series) -> str:
     return str(dt)
 
 
-def _key_index(frame: pd.DataFrame, cols: list[str]) -> pd.Index:
-    if len(cols) == 1:
-        return pd.Index(frame[cols[0]])
-    return pd.MultiIndex.from_frame(frame[cols])
+def _key_codes(
+    L: pd.DataFrame, lk: list[str], R: pd.DataFrame, rk: list[str]
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Integer codes of the (composite) join keys of both tables.
+
+    Equal keys get equal codes on both sides; missing values form one code of their
+    own, so NaN keys match NaN keys as in ``pandas.merge``. Each key column is
+    factorized once over both tables, which is much cheaper than building an Index
+    of (Arrow-backed) strings per join and looking every left key up in it.
+    """
+    n_left = len(L)
+    codes = None
+    n_codes = 1
+    for a, b in zip(lk, rk):
+        both = pd.concat([L[a], R[b]], ignore_index=True)
+        c, uniques = pd.factorize(both, use_na_sentinel=False)
+        c = c.astype(np.int64, copy=False)
+        if codes is None:
+            codes, n_codes = c, len(uniques)
+        else:
+            # Keep the combined codes dense so products never overflow.
+            codes, uniq = pd.factorize(codes * len(uniques) + c)
+            n_codes = len(uniq)
+    return codes[:n_left], codes[n_left:], n_codes
 
 
 def _check_columns(
@@ -196,6 +216,11 @@ def _encode(
     categories: dict[str, list[Any]] = {}
     any_cat = False
     n = len(frame)
+    # All-numeric tables (the common case) are written straight into one
+    # preallocated matrix: collecting columns first would hold them twice.
+    direct = None
+    if not any(_is_categorical(frame[col], forced) for col in features):
+        direct = np.empty((n, len(features) + int(indicator)), dtype=dtype)
     for col in features:
         s = frame[col]
         if _is_categorical(s, forced):
@@ -259,21 +284,38 @@ def _encode(
                     f"impute must be 'zero', 'mean', 'median' or a number, got {impute!r}."
                 )
             v = np.where(bad, fill, v)
-        blocks.append(v.astype(dtype)[:, None])
+        if direct is not None:
+            direct[:, len(names)] = v
+        else:
+            blocks.append(v.astype(dtype, copy=False))
         names.append(f"{label}__{col}")
         origins.append(col)
     if indicator:
-        blocks.append(np.ones((n, 1), dtype=dtype))
+        if direct is not None:
+            direct[:, len(names)] = 1.0
+        else:
+            blocks.append(np.ones(n, dtype=dtype))
         names.append(f"{label}__matched")
         origins.append(None)
-    if not blocks:
-        return None, names, origins, categories
+    if direct is not None:
+        return (direct if names else None), names, origins, categories
     if any_cat and sparse:
-        S = sp.hstack([sp.csr_matrix(b) for b in blocks], format="csr", dtype=dtype)
-    else:
-        S = np.hstack([b.toarray() if sp.issparse(b) else b for b in blocks]).astype(
-            dtype, copy=False
+        S = sp.hstack(
+            [sp.csr_matrix(b if b.ndim == 2 else b[:, None]) for b in blocks],
+            format="csr",
+            dtype=dtype,
         )
+    else:
+        # Fill one preallocated matrix column by column: stacking 2-D blocks would
+        # hold every column twice at the peak.
+        S = np.empty((n, len(names)), dtype=dtype)
+        j = 0
+        for b in blocks:
+            width = 1 if b.ndim == 1 else b.shape[1]
+            S[:, j : j + width] = (
+                b.toarray() if sp.issparse(b) else (b[:, None] if b.ndim == 1 else b)
+            )
+            j += width
     return S, names, origins, categories
 
 
@@ -410,44 +452,41 @@ def from_frames(
                     f"({R[b].dtype}) have incompatible dtypes; cast one side first."
                 )
 
-        right_index = _key_index(R, rk)
-        left_index = _key_index(L, lk)
+        left_codes, right_codes, n_codes = _key_codes(L, lk, R, rk)
+        per_code = np.bincount(right_codes, minlength=n_codes)
         left_rows = idx[left_name]
-        if right_index.is_unique:
-            pos_l = right_index.get_indexer(left_index).astype(np.int64)
+        if per_code.max(initial=0) <= 1:
+            row_of_code = np.full(n_codes, -1, dtype=np.int64)
+            row_of_code[right_codes] = np.arange(len(R), dtype=np.int64)
+            pos_l = row_of_code[left_codes]
             pos = np.where(left_rows >= 0, pos_l[np.maximum(left_rows, 0)], -1)
+            del pos_l, row_of_code  # n-length temporaries: free before the next join
             if j.how == "inner":
                 keep = pos >= 0
                 if not keep.all():
                     idx = {k: v[keep] for k, v in idx.items()}
                     pos = pos[keep]
         else:
-            # One-to-many: pairs (left row, right row) from a merge of keys and row ids.
-            lf = L[lk].copy()
-            lf.columns = [f"k{c}" for c in range(len(lk))]
-            lf["_l"] = np.arange(len(L))
-            rf = R[rk].copy()
-            rf.columns = lf.columns[:-1]
-            rf["_r"] = np.arange(len(R))
-            pairs = lf.merge(rf, on=list(lf.columns[:-1]), how="inner", sort=False)
-            pairs = pairs.sort_values(["_l", "_r"], kind="stable")
-            per_left = np.bincount(pairs["_l"].to_numpy(), minlength=len(L))
-            starts_l = np.cumsum(per_left) - per_left
+            # One-to-many: the right rows sorted by key code (stable, so matches keep
+            # the right table's order); a left row's matches are one run of them.
+            right_rows = np.argsort(right_codes, kind="stable")
+            starts_code = np.cumsum(per_code) - per_code
+            per_left = per_code[left_codes]
+            starts_l = starts_code[left_codes]
             counts = np.where(left_rows >= 0, per_left[np.maximum(left_rows, 0)], 0)
             starts = np.where(left_rows >= 0, starts_l[np.maximum(left_rows, 0)], 0)
             old, p = _expand(counts, starts, keep_empty=j.how != "inner")
-            right_rows = pairs["_r"].to_numpy()
-            # Index only where matched: a join matching nothing leaves no pairs at all.
             pos = np.full(p.shape[0], -1, dtype=np.int64)
             pos[p >= 0] = right_rows[p[p >= 0]]
             idx = {k: v[old] for k, v in idx.items()}
+        del left_codes, right_codes
         if j.how == "outer":
             unmatched = np.setdiff1d(np.arange(len(R)), pos[pos >= 0])
             if unmatched.size:
                 pad = np.full(unmatched.size, -1, dtype=np.int64)
                 idx = {k: np.concatenate([v, pad]) for k, v in idx.items()}
                 pos = np.concatenate([pos, unmatched])
-        idx[label] = pos.astype(np.int64)
+        idx[label] = pos.astype(np.int64, copy=False)
         tables[label] = R
         specs[label] = (
             features,

@@ -15,6 +15,14 @@ import numpy as np
 import scipy.sparse as sp
 
 from ilargi_sklearn._backend import RowMap
+from ilargi_sklearn._backend._namespace import (
+    get_namespace,
+    is_cupy_namespace,
+    is_numpy_namespace,
+    namespace_dtype,
+    numpy_dtype,
+    to_numpy,
+)
 from ilargi_sklearn.dataset._operators import FactorizedMatrix, Term
 
 __all__ = ["build_factorized", "check_finite", "check_source", "indicator_to_index"]
@@ -48,7 +56,13 @@ def check_source(
     ``feature_names`` names the source's columns in error messages; ``finite=False``
     leaves the NaN/inf check to a later :func:`check_finite` call (once the names of
     the columns are known).
+
+    Arrays of another namespace (CuPy, ``array_api_strict``) are validated and cast
+    in that namespace, on their device: they are not converted to NumPy.
     """
+    xp = get_namespace(S)
+    if not is_numpy_namespace(xp):
+        return _check_device_source(S, xp, name, dtype, feature_names, finite)
     if sp.issparse(S):
         S = _canonical_csr(S, dtype)
     else:
@@ -68,8 +82,46 @@ def check_source(
     return S
 
 
+def _check_device_source(
+    S: Any,
+    xp: Any,
+    name: str,
+    dtype: Any,
+    feature_names: Sequence[str] | None,
+    finite: bool,
+) -> Any:
+    if type(S).__module__.startswith("cupyx.scipy.sparse"):
+        S = S.tocsr().astype(dtype)
+        S.sum_duplicates()
+        S.eliminate_zeros()
+    else:
+        if S.ndim == 1:
+            S = xp.reshape(S, (-1, 1))
+        if S.ndim != 2:
+            raise ValueError(f"source {name!r} must be 2-D, got shape {S.shape}.")
+        kind = numpy_dtype(S.dtype).kind
+        if kind not in "biuf":
+            raise TypeError(
+                f"source {name!r} has dtype {S.dtype}; sources must be numeric "
+                "(encode categorical columns first, or use MultiSourceDataset.from_frames)."
+            )
+        target = namespace_dtype(xp, dtype)
+        if S.dtype != target:
+            S = xp.astype(S, target)
+    if finite:
+        check_finite(S, name, feature_names)
+    return S
+
+
 def check_finite(S: Any, name: str, feature_names: Sequence[Any] | None = None) -> None:
     """Raise a ``ValueError`` naming the source and column if ``S`` has NaN or inf."""
+    xp = get_namespace(S)
+    if not is_numpy_namespace(xp):
+        values = S.data if is_cupy_namespace(xp) and hasattr(S, "indptr") else S
+        # One device-side reduction; the host copy only on the error path.
+        if bool(xp.all(xp.isfinite(values))):
+            return
+        S = to_numpy(S)
     values = S.data if sp.issparse(S) else S
     finite = np.isfinite(values)
     if finite.all():
@@ -118,7 +170,7 @@ def indicator_to_index(ind: Any, n_source_rows: int, name: str) -> np.ndarray:
             f"indicator of source {name!r} has values in [{idx.min()}, {idx.max()}]; "
             f"expected -1 (no match) or a row in [0, {n_source_rows})."
         )
-    return idx.astype(np.int64)
+    return idx.astype(np.int64, copy=False)
 
 
 def build_factorized(
@@ -176,8 +228,15 @@ def build_factorized(
                 src_cols_arr == np.arange(S.shape[1])
             ):
                 S_t = S
-            else:
+            elif isinstance(S, np.ndarray) or sp.issparse(S):
                 S_t = S[:, src_cols_arr]
+            else:
+                xp = get_namespace(S)
+                if hasattr(S, "indptr"):  # cupyx sparse
+                    S_t = S[:, xp.asarray(src_cols_arr)]
+                else:
+                    cols_dev = xp.asarray(src_cols_arr, device=S.device)
+                    S_t = xp.take(S, cols_dev, axis=1)
             rows = rm
             if higher:
                 drop = np.zeros(n_rows, dtype=bool)
