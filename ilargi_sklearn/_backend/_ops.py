@@ -25,6 +25,17 @@ several-column scatter is the product with the *transposed view* of the cached C
 indicator. That view is a CSC matrix, whose SciPy kernel walks the target rows in
 order and adds each into a small, cache-resident output; a CSR copy of ``I^T`` walks
 the source rows instead and reads the large right-hand side at random (5x slower).
+
+Other namespaces (CuPy, ``array_api_strict``) get a second, standard-only path,
+chosen once per call (``RowMap`` on a device holds a device index vector, int32 when
+the source has fewer than 2**31 rows): a gather is ``xp.take`` (a -1 entry picks an
+appended zero row, as above), a scatter-add is ``cupyx.scatter_add`` on CuPy and,
+for namespaces without a scatter-add, a product with a dense one-hot indicator built
+in blocks of target rows (:func:`xp_segment_sum`). The one-hot product was chosen
+over sorting plus ``cumulative_sum`` differences because it sums every segment
+exactly like the NumPy path does (the cumulative sums lose the small segments'
+digits to the large running totals); it costs ``n_rows * n_source_rows * k`` and is
+meant for testing the kernels' namespace discipline, not for speed.
 """
 
 from __future__ import annotations
@@ -34,12 +45,34 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["RowMap", "is_sparse", "safe_sparse_dot", "segment_sum", "to_dense"]
+from ilargi_sklearn._backend._namespace import (
+    asarray_on,
+    device_of,
+    get_namespace,
+    is_cupy_namespace,
+    is_numpy_namespace,
+    to_numpy,
+)
+
+__all__ = [
+    "RowMap",
+    "is_sparse",
+    "safe_sparse_dot",
+    "segment_sum",
+    "to_dense",
+    "xp_gather",
+    "xp_segment_sum",
+]
+
+#: Entries of one block of the dense one-hot indicator in :func:`xp_segment_sum`.
+_ONE_HOT_BLOCK = 1 << 20
 
 
 def is_sparse(A: Any) -> bool:
-    """Return whether ``A`` is a SciPy sparse matrix or array."""
-    return sp.issparse(A)
+    """Return whether ``A`` is a SciPy (or ``cupyx.scipy``) sparse matrix."""
+    if sp.issparse(A):
+        return True
+    return type(A).__module__.startswith("cupyx.scipy.sparse")
 
 
 def to_dense(A: Any) -> np.ndarray:
@@ -138,6 +171,79 @@ def segment_sum(
     return np.asarray(ind @ Y)
 
 
+def xp_gather(Z: Any, idx: Any, has_missing: bool, xp: Any = None) -> Any:
+    """``I @ Z`` in any namespace: ``xp.take`` along axis 0, zeros where ``idx`` is -1.
+
+    The -1 entries pick an appended row of zeros (``take`` wraps negative indices),
+    so no mask pass over the target rows is needed. ``cupyx`` sparse ``Z`` goes
+    through a sparse indicator product.
+    """
+    xp = get_namespace(Z) if xp is None else xp
+    if is_sparse(Z):
+        return _cupy_indicator(idx, Z.shape[0], Z.dtype) @ Z
+    if has_missing:
+        pad = xp.zeros((1,) + tuple(Z.shape[1:]), dtype=Z.dtype, device=device_of(Z))
+        Z = xp.concat([Z, pad], axis=0)
+    return xp.take(Z, idx, axis=0)
+
+
+def _cupy_indicator(idx: Any, n_source_rows: int, dtype: Any) -> Any:
+    """The indicator ``I`` of a device index vector as a ``cupyx`` CSR matrix."""
+    import cupy
+    import cupyx.scipy.sparse as cusp
+
+    valid = idx >= 0
+    indptr = cupy.zeros(idx.shape[0] + 1, dtype=cupy.int32)
+    cupy.cumsum(valid, out=indptr[1:])
+    cols = idx[valid]
+    data = cupy.ones(cols.shape[0], dtype=dtype)
+    return cusp.csr_matrix(
+        (data, cols, indptr), shape=(idx.shape[0], int(n_source_rows))
+    )
+
+
+def xp_segment_sum(
+    Y: Any, idx: Any, n_segments: int, has_missing: bool = True, xp: Any = None
+) -> Any:
+    """``I^T @ Y`` (segment sum, -1 entries dropped) in any namespace.
+
+    CuPy uses ``cupyx.scatter_add`` (atomic adds: not bit-reproducible run to run);
+    other namespaces use a dense one-hot indicator in blocks of target rows (see the
+    module docstring). NumPy input goes to :func:`segment_sum`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> xp_segment_sum(np.array([1.0, 2.0, 4.0]), np.array([1, -1, 1]), 2)
+    array([0., 5.])
+    """
+    xp = get_namespace(Y, idx) if xp is None else xp
+    if is_numpy_namespace(xp):
+        return segment_sum(Y, idx, n_segments)
+    dev = device_of(Y)
+    if is_cupy_namespace(xp):
+        import cupyx
+
+        shape = (int(n_segments) + int(has_missing),) + tuple(Y.shape[1:])
+        out = xp.zeros(shape, dtype=Y.dtype, device=dev)
+        cupyx.scatter_add(out, idx + 1 if has_missing else idx, Y)
+        return out[1:] if has_missing else out
+    n = int(Y.shape[0])
+    segments = xp.arange(int(n_segments), dtype=idx.dtype, device=dev)
+    out = None
+    step = max(1, _ONE_HOT_BLOCK // max(int(n_segments), 1))
+    for start in range(0, n, step):
+        stop = min(start + step, n)
+        one_hot = xp.astype(idx[start:stop, None] == segments[None, :], Y.dtype)
+        part = xp.matmul(xp.matrix_transpose(one_hot), Y[start:stop, ...])
+        out = part if out is None else out + part
+    if out is None:
+        out = xp.zeros(
+            (int(n_segments),) + tuple(Y.shape[1:]), dtype=Y.dtype, device=dev
+        )
+    return out
+
+
 class RowMap:
     """The indicator matrix ``I`` (``n_rows`` x ``n_source_rows``) of one source.
 
@@ -162,7 +268,15 @@ class RowMap:
     array([4., 4.])
     """
 
-    __slots__ = ("_idx", "n_source_rows", "n_rows", "_has_missing", "_indicators")
+    __slots__ = (
+        "_idx",
+        "n_source_rows",
+        "n_rows",
+        "_has_missing",
+        "_indicators",
+        "_xp",
+        "_device",
+    )
 
     def __init__(self, idx: np.ndarray | None, n_source_rows: int) -> None:
         if idx is not None:
@@ -177,6 +291,67 @@ class RowMap:
         self.n_rows = int(n_source_rows if idx is None else idx.shape[0])
         self._has_missing: bool | None = None
         self._indicators: dict[np.dtype, sp.csr_matrix] = {}
+        # Namespace and device of a device copy (None: NumPy, the fast paths).
+        self._xp: Any = None
+        self._device: Any = "cpu"
+
+    @classmethod
+    def _on_device(
+        cls,
+        idx: Any,
+        n_source_rows: int,
+        n_rows: int,
+        xp: Any,
+        device: Any,
+        has_missing: bool | None,
+    ) -> RowMap:
+        out = cls(None, n_source_rows)
+        out._idx = idx
+        out.n_rows = int(n_rows)
+        out._has_missing = has_missing
+        out._xp = xp
+        out._device = device
+        return out
+
+    @property
+    def xp(self) -> Any:
+        """Namespace of the index vector (``array_api_compat.numpy`` on the host)."""
+        return get_namespace() if self._xp is None else self._xp
+
+    @property
+    def device(self) -> Any:
+        """Device of the index vector (``"cpu"`` on the host)."""
+        return self._device
+
+    def to_namespace(self, xp: Any, device: Any = None) -> RowMap:
+        """A copy whose index vector lives in namespace ``xp`` on ``device``.
+
+        On a device the index vector is int32 (int64 for sources of 2**31 rows or
+        more); back on the host it is int64. Returns ``self`` when nothing moves.
+        """
+        if is_numpy_namespace(xp):
+            if self._xp is None:
+                return self
+            idx = None if self._idx is None else to_numpy(self._idx).astype(np.int64)
+            out = RowMap(idx, self.n_source_rows)
+            out._has_missing = self._has_missing
+            return out
+        if self._xp is xp and (device is None or self._device == device):
+            return self
+        if self._idx is None:
+            idx = None
+        else:
+            host = to_numpy(self._idx)
+            small = self.n_source_rows < np.iinfo(np.int32).max
+            idx = asarray_on(host, xp, device, np.int32 if small else np.int64)
+        return RowMap._on_device(
+            idx,
+            self.n_source_rows,
+            self.n_rows,
+            xp,
+            device,
+            self.has_missing if self._xp is None else self._has_missing,
+        )
 
     # -- structure ---------------------------------------------------------------
     @property
@@ -188,13 +363,18 @@ class RowMap:
     def has_missing(self) -> bool:
         """Whether some target row takes no row of this source (an -1 entry)."""
         if self._has_missing is None:
-            self._has_missing = self._idx is not None and _check_min(self._idx) < 0
+            if self._xp is not None and self._idx is not None:
+                self._has_missing = bool(self._xp.any(self._idx < 0))
+            else:
+                self._has_missing = self._idx is not None and _check_min(self._idx) < 0
         return self._has_missing
 
     @property
     def idx(self) -> np.ndarray:
         """The index vector (materialized ``arange`` for the identity)."""
         if self._idx is None:
+            if self._xp is not None:
+                return self._xp.arange(self.n_rows, device=self._device)
             return np.arange(self.n_rows, dtype=np.int64)
         return self._idx
 
@@ -202,19 +382,49 @@ class RowMap:
     def matched(self) -> np.ndarray:
         """Boolean mask of target rows that take a row of this source."""
         if self._idx is None:
+            if self._xp is not None:
+                return self._xp.ones(
+                    self.n_rows, dtype=self._xp.bool, device=self._device
+                )
             return np.ones(self.n_rows, dtype=bool)
         return self._idx >= 0
 
     @property
     def nbytes(self) -> int:
         """Bytes of the index vector (caches not included)."""
-        return 0 if self._idx is None else int(self._idx.nbytes)
+        if self._idx is None:
+            return 0
+        if self._xp is not None:
+            return int(self._idx.shape[0]) * (
+                4 if self._idx.dtype == self._xp.int32 else 8
+            )
+        return int(self._idx.nbytes)
 
     def take(self, rows: np.ndarray) -> RowMap:
         """Row-select the target: ``I[rows]``."""
+        if self._xp is not None:
+            return self._take_on_device(rows)
         if self._idx is None:
             return RowMap(np.asarray(rows, dtype=np.int64), self.n_source_rows)
         return RowMap(self._idx[rows], self.n_source_rows)
+
+    def _take_on_device(self, rows: Any) -> RowMap:
+        xp = self._xp
+        dtype = xp.int32 if self.n_source_rows < np.iinfo(np.int32).max else xp.int64
+        if isinstance(rows, np.ndarray) or not hasattr(rows, "shape"):
+            rows_np = np.asarray(rows, dtype=np.int64)
+            rows = asarray_on(rows_np, xp, self._device)
+        n = int(rows.shape[0])
+        if self._idx is None:
+            idx = xp.astype(rows, dtype)
+            return RowMap._on_device(
+                idx, self.n_source_rows, n, xp, self._device, False
+            )
+        idx = xp.take(self._idx, rows, axis=0)
+        # Inherited "has missing" is conservative (the zero-row trick stays exact).
+        return RowMap._on_device(
+            idx, self.n_source_rows, n, xp, self._device, self._has_missing
+        )
 
     def masked(self, drop: np.ndarray) -> RowMap:
         """A copy with the target rows in boolean mask ``drop`` set to no match."""
@@ -224,6 +434,18 @@ class RowMap:
 
     def counts(self, weights: np.ndarray | None = None) -> np.ndarray:
         """``I^T w``: (weighted) number of target rows per source row, float64."""
+        if self._xp is not None:
+            xp = self._xp
+            w = (
+                xp.ones(self.n_rows, dtype=xp.float64, device=self._device)
+                if weights is None
+                else xp.astype(weights, xp.float64)
+            )
+            if self._idx is None:
+                return w
+            return xp_segment_sum(
+                w, self._idx, self.n_source_rows, self.has_missing, xp
+            )
         if self._idx is None:
             if weights is None:
                 return np.ones(self.n_rows)
@@ -275,6 +497,9 @@ class RowMap:
         """
         if self._idx is None:
             return Z if rows is None else Z[rows]
+        if self._xp is not None:
+            idx = self._idx if rows is None else self._idx[rows]
+            return xp_gather(Z, idx, self.has_missing, self._xp)
         if sp.issparse(Z):
             ind = self.indicator(Z.dtype)
             return sp.csr_matrix((ind if rows is None else ind[rows]) @ Z)
@@ -298,6 +523,13 @@ class RowMap:
         """
         if self._idx is None:
             return Y
+        if self._xp is not None:
+            if is_sparse(Y):
+                ind = _cupy_indicator(self._idx, self.n_source_rows, Y.dtype)
+                return ind.T @ Y
+            return xp_segment_sum(
+                Y, self._idx, self.n_source_rows, self.has_missing, self._xp
+            )
         if sp.issparse(Y):
             return sp.csr_matrix(self.indicator(Y.dtype).T @ Y)
         Y = np.asarray(Y)
@@ -348,7 +580,11 @@ class RowMap:
 
     # -- pickling: drop the caches ----------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
-        return {"idx": self._idx, "n_source_rows": self.n_source_rows}
+        # Device copies pickle as host index vectors (load on CPU-only machines).
+        idx = (
+            self._idx if self._xp is None or self._idx is None else to_numpy(self._idx)
+        )
+        return {"idx": idx, "n_source_rows": self.n_source_rows}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["idx"], state["n_source_rows"])

@@ -414,7 +414,7 @@ class FactorizedKMeans(
         Lloyd iterations of the kept run.
     n_features_in_ : int
         Number of features seen during fit.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (n_features,)
         Names of the features seen during fit (datasets, and DataFrames with string
         column names).
 

@@ -12,6 +12,13 @@ import pandas as pd
 import scipy.sparse as sp
 
 from ilargi_sklearn._backend import RowMap
+from ilargi_sklearn._backend._namespace import (
+    asarray_on,
+    device_of,
+    get_namespace,
+    is_numpy_namespace,
+    to_numpy,
+)
 from ilargi_sklearn.dataset._operators import (
     AffineOperator,
     FactorizedMatrix,
@@ -195,11 +202,17 @@ class MultiSourceDataset:
             for k, S in enumerate(sources)
         ]
 
+        # Device sources (CuPy, array_api_strict) stay where they are; index vectors
+        # are validated on the host and moved next to them once the terms are built.
+        xp = get_namespace(*checked)
+        on_device = not is_numpy_namespace(xp)
         idxs: list[np.ndarray | None] = []
         for k, ind in enumerate(indicators):
             if ind is None:
                 idxs.append(None)
             else:
+                if not (isinstance(ind, np.ndarray) or sp.issparse(ind)):
+                    ind = to_numpy(ind) if hasattr(ind, "shape") else ind
                 idxs.append(indicator_to_index(ind, checked[k].shape[0], names[k]))
         lengths = {
             (checked[k].shape[0] if idx is None else idx.shape[0])
@@ -268,6 +281,15 @@ class MultiSourceDataset:
                 ],
             )
         op = build_factorized(checked, rowmaps, colmaps, n_cols, dtype, priority)
+        if on_device:
+            dev = device_of(checked[0])
+            moved: dict[int, RowMap] = {}
+            terms = []
+            for t in op.terms:
+                if id(t.rows) not in moved:
+                    moved[id(t.rows)] = t.rows.to_namespace(xp, dev)
+                terms.append(Term(t.S, moved[id(t.rows)], t.cols, t.source))
+            op = FactorizedMatrix(terms, op.n_rows, op.n_cols, dtype)
         base = next((k for k, idx in enumerate(idxs) if idx is None), None)
         return cls(op, feature_names, names, base_source=base)
 
@@ -382,6 +404,62 @@ class MultiSourceDataset:
     def __len__(self) -> int:
         return self._op.n_rows
 
+    @property
+    def device(self) -> Any:
+        """Where the sources live: ``"cpu"`` for NumPy/SciPy, else their device."""
+        return self._op.device
+
+    def to_device(self, device: Any = "cpu", *, namespace: Any = None) -> Any:
+        """The same dataset with sources and index vectors on ``device``.
+
+        The move happens once per dataset: the copy of the root dataset (the one
+        that row slices come from) is cached on it, and a row slice moved to a
+        device takes its rows from that copy (a grid search does not re-upload
+        per fold). Index vectors are int32 on the device.
+
+        Parameters
+        ----------
+        device : {"cpu", "gpu"} or device object, default="cpu"
+            "gpu" uses CuPy on the current CUDA device and requires a usable GPU
+            (:func:`ilargi_sklearn._backend._gpu.probe_gpu`). Another namespace's
+            device object (for example ``array_api_strict.Device("device1")``)
+            needs ``namespace``.
+        namespace : module, optional
+            Array namespace for a device object (testing without a GPU).
+
+        Returns
+        -------
+        MultiSourceDataset
+            ``self`` when the data already is there.
+
+        Raises
+        ------
+        RuntimeError
+            For "gpu" without a usable GPU; the message carries the probe's reason.
+        """
+        xp, dev, key = _resolve_device(device, namespace)
+        op = self._op
+        if op.xp is xp or (is_numpy_namespace(xp) and is_numpy_namespace(op.xp)):
+            if dev is None or is_numpy_namespace(xp) or op.device == dev:
+                return self
+        root_op = self._root_operator
+        copies = getattr(root_op, "_device_copies", None)
+        if copies is None:
+            copies = {}
+            root_op._device_copies = copies
+        root = copies.get(key)
+        if root is None:
+            root = self._like(root_op.to_namespace(xp, dev))
+            # The way back: the moved root knows the dataset it came from.
+            home = self._like(root_op)
+            home._root_token = self._root_token
+            back_key = _device_key(op.xp, op.device)
+            root._root_operator._device_copies = {back_key: home}
+            copies[key] = root
+        if self._root_rows is None:
+            return root
+        return root[self._root_rows]
+
     def _like(self, op: Operator) -> MultiSourceDataset:
         return MultiSourceDataset(
             op,
@@ -445,10 +523,17 @@ class MultiSourceDataset:
         return out
 
     # --------------------------------------------------------------- operators
+    def _operand(self, W: Any) -> Any:
+        """An operand in the dataset's namespace and on its device (NumPy: asarray)."""
+        xp = self._op.xp
+        if is_numpy_namespace(xp):
+            return np.asarray(W)
+        return asarray_on(W, xp, self._op.device)
+
     def _check_rhs(self, W: Any, n: int, side: str) -> np.ndarray:
         if isinstance(W, MultiSourceDataset):
             raise TypeError("the product of two MultiSourceDatasets is not supported.")
-        W = np.asarray(W)
+        W = self._operand(W)
         if W.ndim not in (1, 2) or W.shape[0] != n:
             raise ValueError(
                 f"{side} operand has shape {W.shape}; expected ({n},) or ({n}, k)."
@@ -461,7 +546,7 @@ class MultiSourceDataset:
 
     def __rmatmul__(self, Y: Any) -> np.ndarray:
         """``Y @ T`` for ``Y`` of shape ``(n_rows,)`` or ``(k, n_rows)``."""
-        Y = np.asarray(Y)
+        Y = self._operand(Y)
         if Y.ndim == 1:
             return self._op.rmatmul(self._check_rhs(Y, len(self), "left"))
         if Y.ndim != 2 or Y.shape[1] != len(self):
@@ -709,13 +794,43 @@ class _Transposed:
         return self._ds.operator.rmatmul(Y)
 
     def __rmatmul__(self, X: Any) -> np.ndarray:
-        X = np.asarray(X)
+        X = self._ds._operand(X)
         if X.ndim == 1:
             return self._ds @ X
         return (self._ds @ X.T).T
 
     def __repr__(self) -> str:
         return f"{self._ds!r}.T"
+
+
+def _device_key(xp: Any, device: Any) -> tuple[str, str]:
+    if is_numpy_namespace(xp):
+        return ("numpy", "cpu")
+    return (xp.__name__, str(device))
+
+
+def _resolve_device(device: Any, namespace: Any) -> tuple[Any, Any, tuple[str, str]]:
+    """``(xp, device, cache key)`` for :meth:`MultiSourceDataset.to_device`."""
+    if namespace is not None:
+        return namespace, device, _device_key(namespace, device)
+    if device == "cpu":
+        xp = get_namespace()
+        return xp, "cpu", _device_key(xp, "cpu")
+    if device == "gpu":
+        from ilargi_sklearn._backend._gpu import probe_gpu
+
+        usable, reason = probe_gpu()
+        if not usable:
+            raise RuntimeError(
+                f"device='gpu' was requested but no GPU is usable: {reason}."
+            )
+        import array_api_compat.cupy as xp_cupy
+
+        return xp_cupy, None, ("array_api_compat.cupy", "gpu")
+    raise ValueError(
+        f"device must be 'cpu' or 'gpu' (or a device object with namespace=...), "
+        f"got {device!r}."
+    )
 
 
 def _check_dtype(dtype: Any) -> np.dtype:

@@ -12,6 +12,14 @@ row-sliced without necessarily being stored.
 
 One kernel over this protocol serves every plan, so "factorized equals materialized"
 is a property of the operators alone.
+
+The operators hold NumPy/SciPy arrays (the benchmarked fast paths) or arrays of
+another namespace on another device (CuPy on a GPU; ``array_api_strict`` in the
+tests), after :meth:`Operator.to_namespace`. Each method branches once on the
+namespace: the second path uses only the array-API standard plus the backend's
+gather and scatter-add, and its results stay in the sources' namespace and device.
+Dense sources only there, except CuPy, whose ``cupyx.scipy.sparse`` sources are
+supported in the products (unverified without a GPU).
 """
 
 from __future__ import annotations
@@ -24,6 +32,16 @@ import numpy as np
 import scipy.sparse as sp
 
 from ilargi_sklearn._backend import RowMap, safe_sparse_dot
+from ilargi_sklearn._backend._namespace import (
+    asarray_on,
+    device_of,
+    get_namespace,
+    is_cupy_namespace,
+    is_numpy_namespace,
+    namespace_dtype,
+    to_numpy,
+)
+from ilargi_sklearn._backend._ops import is_sparse as _any_sparse
 
 __all__ = ["AffineOperator", "FactorizedMatrix", "MatrixOperator", "Operator", "Term"]
 
@@ -38,7 +56,7 @@ def _result_dtype(op_dtype: np.dtype, X: Any) -> np.dtype:
 
 
 def _sq(S: Any) -> Any:
-    return S.multiply(S) if sp.issparse(S) else S * S
+    return S.multiply(S) if _any_sparse(S) else S * S
 
 
 def _index(cols: np.ndarray) -> slice | np.ndarray:
@@ -50,6 +68,63 @@ def _index(cols: np.ndarray) -> slice | np.ndarray:
     if n and cols[-1] - cols[0] == n - 1 and (n < 3 or np.all(np.diff(cols) == 1)):
         return slice(int(cols[0]), int(cols[0]) + n)
     return cols
+
+
+def _dense(A: Any) -> Any:
+    """A dense copy of a (device) sparse matrix; dense input unchanged."""
+    return A.toarray() if _any_sparse(A) else A
+
+
+def _xp_nbytes(A: Any) -> int:
+    if _any_sparse(A):
+        return int(A.data.nbytes + A.indices.nbytes + A.indptr.nbytes)
+    nbytes = getattr(A, "nbytes", None)
+    if nbytes is not None:
+        return int(nbytes)
+    size = 1
+    for d in A.shape:
+        size *= int(d)
+    return size * np.dtype(str(A.dtype).rsplit(".", 1)[-1]).itemsize
+
+
+def _xp_rows(xp: Any, X: Any, cols: np.ndarray) -> Any:
+    """``X[cols]`` (rows of a parameter-sized device array) without fancy indexing."""
+    sel = _index(cols)
+    if isinstance(sel, slice):
+        return X[sel, ...]
+    return xp.take(X, asarray_on(cols, xp, device_of(X)), axis=0)
+
+
+def _xp_placement(xp: Any, cols: np.ndarray, n: int, dtype: Any, device: Any) -> Any:
+    """One-hot ``(len(cols), n)`` matrix ``E`` with ``E[j, cols[j]] = 1``."""
+    E = np.zeros((cols.shape[0], n), dtype=np.dtype(dtype))
+    E[np.arange(cols.shape[0]), cols] = 1
+    return asarray_on(E, xp, device)
+
+
+def _xp_add_rows(xp: Any, out: Any, cols: np.ndarray, piece: Any) -> Any:
+    """``out[cols] += piece`` for a parameter-sized device ``out``; returns ``out``."""
+    sel = _index(cols)
+    if isinstance(sel, slice):
+        out[sel, ...] += piece
+        return out
+    E = _xp_placement(xp, cols, out.shape[0], _np_dtype(out), device_of(out))
+    return out + xp.matmul(xp.matrix_transpose(E), piece)
+
+
+def _xp_index(xp: Any, rows: Any, device: Any) -> Any:
+    """Row positions (host array, list or device array) as a device array."""
+    if isinstance(rows, np.ndarray) or not hasattr(rows, "shape"):
+        rows = np.asarray(rows, dtype=np.int64)
+    return asarray_on(rows, xp, device)
+
+
+def _np_dtype(A: Any) -> np.dtype:
+    return np.dtype(str(A.dtype).rsplit(".", 1)[-1])
+
+
+def _xp_col(xp: Any, X: Any, v: Any) -> Any:
+    return X * (v if X.ndim == 1 else v[:, None])
 
 
 class Operator(ABC):
@@ -113,12 +188,32 @@ class Operator(ABC):
         return self.shape[0]
 
     @property
+    def xp(self) -> Any:
+        """Array namespace of the operator's arrays (NumPy by default)."""
+        return get_namespace()
+
+    @property
+    def device(self) -> Any:
+        """Device of the operator's arrays (``"cpu"`` for NumPy)."""
+        return "cpu"
+
+    def to_namespace(self, xp: Any, device: Any = None) -> Operator:
+        """An equivalent operator whose arrays live in ``xp`` on ``device``."""
+        raise NotImplementedError(  # pragma: no cover - every subclass overrides
+            f"{type(self).__name__} cannot move between namespaces."
+        )
+
+    @property
     def n_cols(self) -> int:
         return self.shape[1]
 
     def row_sums(self) -> np.ndarray:
         """``T @ 1``."""
-        return self.matmul(np.ones(self.n_cols, dtype=self.dtype))
+        xp = self.xp
+        if is_numpy_namespace(xp):
+            return self.matmul(np.ones(self.n_cols, dtype=self.dtype))
+        dtype = namespace_dtype(xp, self.dtype)
+        return self.matmul(xp.ones(self.n_cols, dtype=dtype, device=self.device))
 
     def astype(self, dtype: Any) -> Operator:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -197,6 +292,18 @@ class MatrixOperator(Operator):
     """
 
     def __init__(self, A: Any) -> None:
+        self._xp = None
+        if not (sp.issparse(A) or isinstance(A, np.ndarray)):
+            xp = get_namespace(A)
+            if not is_numpy_namespace(xp):
+                # A device array (CuPy, array_api_strict) or cupyx sparse matrix.
+                if len(A.shape) != 2:
+                    raise ValueError(f"expected a 2-D matrix, got shape {A.shape}.")
+                self._xp = xp
+                self.A = A
+                self.shape = (int(A.shape[0]), int(A.shape[1]))
+                self.dtype = _np_dtype(A)
+                return
         if sp.issparse(A):
             A = sp.csr_matrix(A)
         else:
@@ -209,23 +316,66 @@ class MatrixOperator(Operator):
 
     @property
     def is_sparse(self) -> bool:
-        return sp.issparse(self.A)
+        return _any_sparse(self.A)
+
+    @property
+    def xp(self) -> Any:
+        return get_namespace() if self._xp is None else self._xp
+
+    @property
+    def device(self) -> Any:
+        return "cpu" if self._xp is None else device_of(self.A)
+
+    def to_namespace(self, xp: Any, device: Any = None) -> MatrixOperator:
+        if is_numpy_namespace(xp) and self._xp is None:
+            return self
+        if self._xp is xp and (device is None or self.device == device):
+            return self
+        A = self.A if self._xp is None else to_numpy(self.A)
+        return MatrixOperator(asarray_on(A, xp, device))
 
     @property
     def nbytes(self) -> int:
         A = self.A
+        if self._xp is not None:
+            return _xp_nbytes(A)
         if sp.issparse(A):
             return int(A.data.nbytes + A.indices.nbytes + A.indptr.nbytes)
         return int(A.nbytes)
 
     def matmul(self, X: np.ndarray) -> np.ndarray:
+        if self._xp is not None:
+            return _dense(self.A @ X)
         return np.asarray(safe_sparse_dot(self.A, X))
 
     def rmatmul(self, Y: np.ndarray) -> np.ndarray:
+        if self._xp is not None:
+            return _dense(self.A.T @ Y)
         return np.asarray(safe_sparse_dot(self.A.T, Y))
+
+    def _xp_format(self, G: Any, format: Format) -> Any:
+        sparse = _resolve_format(format, self.is_sparse)
+        if sparse and is_cupy_namespace(self._xp):
+            import cupyx.scipy.sparse as cusp
+
+            return cusp.csr_matrix(G)
+        if sparse:
+            raise TypeError(
+                f"the namespace {self._xp.__name__} has no sparse matrices; "
+                "ask for format='dense'."
+            )
+        return _dense(G)
 
     def gram(self, weights: np.ndarray | None = None, format: Format = "auto") -> Any:
         A = self.A
+        if self._xp is not None:
+            if weights is None:
+                G = A.T @ A
+            elif _any_sparse(A):
+                G = A.T @ A.multiply(weights[:, None])
+            else:
+                G = self._xp.matrix_transpose(A * weights[:, None]) @ A
+            return self._xp_format(G, format)
         if weights is None:
             G = A.T @ A
         elif sp.issparse(A):
@@ -234,33 +384,63 @@ class MatrixOperator(Operator):
             G = (A * np.asarray(weights, dtype=A.dtype)[:, None]).T @ A
         return _to_format(G, _resolve_format(format, self.is_sparse))
 
+    def _xp_reduce(self, A: Any, axis: int, weights: Any) -> Any:
+        xp = self._xp
+        if weights is not None:
+            out = A.T @ weights if axis == 0 else A @ weights
+            return xp.reshape(_dense(out), (-1,))
+        if _any_sparse(A):
+            return xp.reshape(_dense(A.sum(axis=axis)), (-1,))
+        return xp.sum(A, axis=axis)
+
     def col_sums(self, weights: np.ndarray | None = None) -> np.ndarray:
+        if self._xp is not None:
+            return self._xp_reduce(self.A, 0, weights)
         if weights is None:
             return np.asarray(self.A.sum(axis=0)).ravel().astype(self.dtype, copy=False)
         return np.asarray(safe_sparse_dot(self.A.T, weights)).ravel()
 
     def col_sq_sums(self, weights: np.ndarray | None = None) -> np.ndarray:
         A2 = _sq(self.A)
+        if self._xp is not None:
+            return self._xp_reduce(A2, 0, weights)
         if weights is None:
             return np.asarray(A2.sum(axis=0)).ravel().astype(self.dtype, copy=False)
         return np.asarray(safe_sparse_dot(A2.T, weights)).ravel()
 
     def row_sq_norms(self, col_weights: np.ndarray | None = None) -> np.ndarray:
         A2 = _sq(self.A)
+        if self._xp is not None:
+            return self._xp_reduce(A2, 1, col_weights)
         if col_weights is None:
             return np.asarray(A2.sum(axis=1)).ravel().astype(self.dtype, copy=False)
         return np.asarray(safe_sparse_dot(A2, col_weights)).ravel()
 
     def take_rows(self, rows: np.ndarray) -> MatrixOperator:
+        if self._xp is not None:
+            xp = self._xp
+            if _any_sparse(self.A):
+                return MatrixOperator(self.A[asarray_on(rows, xp, self.device)])
+            return MatrixOperator(
+                xp.take(self.A, _xp_index(xp, rows, self.device), axis=0)
+            )
         return MatrixOperator(self.A[rows])
 
     def materialize(self, format: Format = "auto") -> Any:
+        if self._xp is not None:
+            return self._xp_format(self.A, format)
         return _to_format(self.A, _resolve_format(format, self.is_sparse))
 
     def materialized(self) -> MatrixOperator:
         return self
 
     def astype(self, dtype: Any) -> MatrixOperator:
+        if self._xp is not None:
+            if _any_sparse(self.A):
+                return MatrixOperator(self.A.astype(dtype))
+            return MatrixOperator(
+                self._xp.astype(self.A, namespace_dtype(self._xp, dtype))
+            )
         return MatrixOperator(self.A.astype(dtype))
 
 
@@ -287,7 +467,7 @@ class Term:
 
     @property
     def is_sparse(self) -> bool:
-        return sp.issparse(self.S)
+        return _any_sparse(self.S)
 
 
 class FactorizedMatrix(Operator):
@@ -311,6 +491,45 @@ class FactorizedMatrix(Operator):
         self.terms = list(terms)
         self.shape = (int(n_rows), int(n_cols))
         self.dtype = np.dtype(dtype)
+        xp = get_namespace(*(t.S for t in self.terms))
+        # None: NumPy/SciPy sources (the fast paths below); else the device namespace.
+        self._xp = None if is_numpy_namespace(xp) else xp
+
+    @property
+    def xp(self) -> Any:
+        return get_namespace() if self._xp is None else self._xp
+
+    @property
+    def device(self) -> Any:
+        return (
+            device_of(self.terms[0].S) if self._xp is not None and self.terms else "cpu"
+        )
+
+    def to_namespace(self, xp: Any, device: Any = None) -> FactorizedMatrix:
+        """The same normalized matrix with sources and index vectors in ``xp``.
+
+        Shared sources and row maps are moved once. Column maps stay on the host
+        (they are parameter-sized and used to place results).
+        """
+        to_host = is_numpy_namespace(xp)
+        if (to_host and self._xp is None) or (
+            self._xp is xp and (device is None or self.device == device)
+        ):
+            return self
+        sources: dict[int, Any] = {}
+        rowmaps: dict[int, RowMap] = {}
+        terms = []
+        for t in self.terms:
+            if id(t.S) not in sources:
+                S = t.S if self._xp is None else to_numpy(t.S)
+                sources[id(t.S)] = asarray_on(S, xp, device)
+            if id(t.rows) not in rowmaps:
+                rm = (
+                    t.rows if self._xp is None else t.rows.to_namespace(get_namespace())
+                )
+                rowmaps[id(t.rows)] = rm.to_namespace(xp, device)
+            terms.append(Term(sources[id(t.S)], rowmaps[id(t.rows)], t.cols, t.source))
+        return FactorizedMatrix(terms, self.n_rows, self.n_cols, self.dtype)
 
     @property
     def is_sparse(self) -> bool:
@@ -324,7 +543,9 @@ class FactorizedMatrix(Operator):
             if id(t.S) not in seen:
                 seen.add(id(t.S))
                 S = t.S
-                if sp.issparse(S):
+                if self._xp is not None:
+                    total += _xp_nbytes(S)
+                elif sp.issparse(S):
                     total += S.data.nbytes + S.indices.nbytes + S.indptr.nbytes
                 else:
                     total += S.nbytes
@@ -346,6 +567,8 @@ class FactorizedMatrix(Operator):
         return sorted(groups.values(), key=lambda g: not g[0].is_identity)
 
     def matmul(self, X: np.ndarray) -> np.ndarray:
+        if self._xp is not None:
+            return self._xp_matmul(X)
         X = np.asarray(X)
         dtype = _result_dtype(self.dtype, X)
         # Per row group: the dense identity terms (multiplied block by block below),
@@ -397,6 +620,8 @@ class FactorizedMatrix(Operator):
         return out
 
     def rmatmul(self, Y: np.ndarray) -> np.ndarray:
+        if self._xp is not None:
+            return self._xp_rmatmul(Y)
         Y = np.asarray(Y)
         out = self._out(Y, self.n_cols)
         for rows, terms in self._row_groups():
@@ -436,6 +661,8 @@ class FactorizedMatrix(Operator):
         return (S * cnt[:, None]).T @ S
 
     def gram(self, weights: np.ndarray | None = None, format: Format = "auto") -> Any:
+        if self._xp is not None:
+            return self._xp_gram(weights, format)
         sparse = _resolve_format(format, self.is_sparse)
         if weights is not None:
             weights = np.asarray(weights)
@@ -476,6 +703,8 @@ class FactorizedMatrix(Operator):
         )
 
     def col_sums(self, weights: np.ndarray | None = None) -> np.ndarray:
+        if self._xp is not None:
+            return self._xp_col_sums(weights, square=False)
         out = np.zeros(self.n_cols, dtype=self.dtype)
         for t in self.terms:
             if t.rows.is_identity and weights is None:
@@ -487,6 +716,8 @@ class FactorizedMatrix(Operator):
         return out
 
     def col_sq_sums(self, weights: np.ndarray | None = None) -> np.ndarray:
+        if self._xp is not None:
+            return self._xp_col_sums(weights, square=True)
         out = np.zeros(self.n_cols, dtype=self.dtype)
         for t in self.terms:
             cnt = t.rows.counts(weights).astype(self.dtype, copy=False)
@@ -494,6 +725,8 @@ class FactorizedMatrix(Operator):
         return out
 
     def row_sq_norms(self, col_weights: np.ndarray | None = None) -> np.ndarray:
+        if self._xp is not None:
+            return self._xp_row_sq_norms(col_weights)
         out = np.zeros(self.n_rows, dtype=self.dtype)
         for t in self.terms:
             S2 = _sq(t.S)
@@ -505,6 +738,10 @@ class FactorizedMatrix(Operator):
         return out
 
     def take_rows(self, rows: np.ndarray) -> FactorizedMatrix:
+        if self._xp is not None:
+            rows = _xp_index(self._xp, rows, self.device)
+            terms = [Term(t.S, t.rows.take(rows), t.cols, t.source) for t in self.terms]
+            return FactorizedMatrix(terms, int(rows.shape[0]), self.n_cols, self.dtype)
         rows = np.asarray(rows)
         terms = [Term(t.S, t.rows.take(rows), t.cols, t.source) for t in self.terms]
         return FactorizedMatrix(terms, rows.shape[0], self.n_cols, self.dtype)
@@ -520,11 +757,18 @@ class FactorizedMatrix(Operator):
         return FactorizedMatrix(terms, self.n_rows, self.n_cols, self.dtype)
 
     def astype(self, dtype: Any) -> FactorizedMatrix:
+        xp = self._xp
+        if xp is not None and not is_cupy_namespace(xp):
+            out = self.map_sources(lambda S: xp.astype(S, namespace_dtype(xp, dtype)))
+            out.dtype = np.dtype(dtype)
+            return out
         out = self.map_sources(lambda S: S.astype(dtype))
         out.dtype = np.dtype(dtype)
         return out
 
     def materialize(self, format: Format = "auto") -> Any:
+        if self._xp is not None:
+            return self._xp_materialize(format)
         sparse = _resolve_format(format, self.is_sparse)
         n, m = self.shape
         if not sparse:
@@ -563,6 +807,15 @@ class FactorizedMatrix(Operator):
 
     def nnz(self) -> int:
         """Stored non-zeros of the joined matrix, computed without building it."""
+        if self._xp is not None:
+            xp, total = self._xp, 0
+            for t in self.terms:
+                if _any_sparse(t.S):
+                    per_row = xp.astype(t.S.indptr[1:] - t.S.indptr[:-1], xp.float64)
+                else:
+                    per_row = xp.sum(xp.astype(t.S != 0, xp.float64), axis=1)
+                total += int(float(xp.sum(t.rows.gather(per_row))))
+            return total
         total = 0
         for t in self.terms:
             per_row = (
@@ -572,6 +825,132 @@ class FactorizedMatrix(Operator):
             )
             total += int(t.rows.gather(per_row.astype(np.float64)).sum())
         return total
+
+    # -- the namespace-generic path (CuPy, array_api_strict) ------------------------
+    def _xp_zeros(self, shape: tuple[int, ...], like: Any = None) -> Any:
+        """Zeros of the operator's dtype, promoted with that of ``like`` (as NumPy)."""
+        xp = self._xp
+        dtype = namespace_dtype(xp, self.dtype)
+        if like is not None:
+            dtype = xp.result_type(dtype, like.dtype)
+        return xp.zeros(shape, dtype=dtype, device=self.device)
+
+    def _xp_matmul(self, X: Any) -> Any:
+        xp = self._xp
+        out = self._xp_zeros((self.n_rows,) + tuple(X.shape[1:]), X)
+        for rows, terms in self._row_groups():
+            Z = None
+            for t in terms:
+                P = _dense(t.S @ _xp_rows(xp, X, t.cols))
+                Z = P if Z is None else Z + P
+            out = out + rows.gather(Z)
+        return out
+
+    def _xp_rmatmul(self, Y: Any) -> Any:
+        xp = self._xp
+        out = self._xp_zeros((self.n_cols,) + tuple(Y.shape[1:]), Y)
+        for rows, terms in self._row_groups():
+            R = rows.scatter(Y)
+            for t in terms:
+                out = _xp_add_rows(xp, out, t.cols, _dense(t.S.T @ R))
+        return out
+
+    def _xp_counts(self, t: Term, weights: Any) -> Any:
+        cnt = t.rows.counts(weights)
+        return self._xp.astype(cnt, namespace_dtype(self._xp, self.dtype))
+
+    def _xp_gram(self, weights: Any, format: Format) -> Any:
+        xp = self._xp
+        sparse = _resolve_format(format, self.is_sparse)
+        n = self.n_cols
+        G = self._xp_zeros((n, n))
+        dt = namespace_dtype(xp, self.dtype)
+
+        def place(G: Any, rc: np.ndarray, cc: np.ndarray, B: Any) -> Any:
+            ri, ci = _index(rc), _index(cc)
+            if isinstance(ri, slice) and isinstance(ci, slice):
+                G[ri, ci] += B
+                return G
+            Er = _xp_placement(xp, rc, n, self.dtype, self.device)
+            Ec = _xp_placement(xp, cc, n, self.dtype, self.device)
+            return G + xp.matrix_transpose(Er) @ B @ Ec
+
+        for i, a in enumerate(self.terms):
+            cnt = self._xp_counts(a, weights)
+            if _any_sparse(a.S):
+                Gaa = _dense(a.S.T @ a.S.multiply(cnt[:, None]))
+            else:
+                Gaa = xp.matrix_transpose(a.S * cnt[:, None]) @ a.S
+            G = place(G, a.cols, a.cols, Gaa)
+            for b in self.terms[i + 1 :]:
+                # S_a^T I_a^T diag(w) I_b S_b, through an n-by-c_b gather.
+                Zb = _dense(b.rows.gather(b.S))
+                if weights is not None:
+                    Zb = Zb * xp.astype(weights, dt)[:, None]
+                Gab = _dense(a.S.T @ a.rows.scatter(Zb))
+                G = place(G, a.cols, b.cols, Gab)
+                G = place(G, b.cols, a.cols, xp.matrix_transpose(Gab))
+        if sparse:
+            return MatrixOperator(G)._xp_format(G, "sparse")
+        return G
+
+    def _xp_col_sums(self, weights: Any, square: bool) -> Any:
+        xp = self._xp
+        out = self._xp_zeros((self.n_cols,))
+        for t in self.terms:
+            cnt = self._xp_counts(t, weights)
+            S = _sq(t.S) if square else t.S
+            out = _xp_add_rows(xp, out, t.cols, xp.reshape(_dense(S.T @ cnt), (-1,)))
+        return out
+
+    def _xp_row_sq_norms(self, col_weights: Any) -> Any:
+        xp = self._xp
+        out = self._xp_zeros((self.n_rows,))
+        for t in self.terms:
+            S2 = _sq(t.S)
+            if col_weights is None:
+                r = (
+                    xp.reshape(_dense(S2.sum(axis=1)), (-1,))
+                    if _any_sparse(S2)
+                    else xp.sum(S2, axis=1)
+                )
+            else:
+                r = xp.reshape(_dense(S2 @ _xp_rows(xp, col_weights, t.cols)), (-1,))
+            out = out + t.rows.gather(r)
+        return out
+
+    def _xp_materialize(self, format: Format) -> Any:
+        xp = self._xp
+        sparse = _resolve_format(format, self.is_sparse)
+        n, m = self.shape
+        if sparse:
+            if not is_cupy_namespace(xp):
+                raise TypeError(
+                    f"the namespace {xp.__name__} has no sparse matrices; "
+                    "ask for format='dense'."
+                )
+            import cupyx.scipy.sparse as cusp
+
+            rows, cols, vals = [], [], []
+            for t in self.terms:
+                P = cusp.coo_matrix(t.rows.gather(cusp.csr_matrix(t.S)))
+                rows.append(P.row)
+                cols.append(asarray_on(t.cols, xp, self.device)[P.col])
+                vals.append(P.data)
+            coo = cusp.coo_matrix(
+                (xp.concat(vals), (xp.concat(rows), xp.concat(cols))), shape=(n, m)
+            )
+            return coo.tocsr()
+        out = self._xp_zeros((n, m))
+        for t in self.terms:
+            block = _dense(t.rows.gather(t.S))
+            sel = _index(t.cols)
+            if isinstance(sel, slice):
+                out[:, sel] += block
+            else:
+                E = _xp_placement(xp, t.cols, m, self.dtype, self.device)
+                out = out + block @ E
+        return out
 
 
 class AffineOperator(Operator):
@@ -596,6 +975,25 @@ class AffineOperator(Operator):
         n = base.n_cols
         dtype = base.dtype
         self.base = base
+        xp = base.xp
+        self._xp = None if is_numpy_namespace(xp) else xp
+        self.shape = base.shape
+        self.dtype = dtype
+        if self._xp is not None:
+            dev = base.device
+            xdt = namespace_dtype(xp, dtype)
+            self.scale = (
+                xp.ones(n, dtype=xdt, device=dev)
+                if scale is None
+                else asarray_on(scale, xp, dev, dtype)
+            )
+            self.offset = (
+                xp.zeros(n, dtype=xdt, device=dev)
+                if offset is None
+                else asarray_on(offset, xp, dev, dtype)
+            )
+            self._has_offset = bool(xp.any(self.offset != 0))
+            return
         self.scale = (
             np.ones(n, dtype=dtype) if scale is None else np.asarray(scale, dtype=dtype)
         )
@@ -604,12 +1002,37 @@ class AffineOperator(Operator):
             if offset is None
             else np.asarray(offset, dtype=dtype)
         )
-        self.shape = base.shape
-        self.dtype = dtype
+        self._has_offset = bool(np.any(self.offset != 0))
+
+    @property
+    def xp(self) -> Any:
+        return self.base.xp
+
+    @property
+    def device(self) -> Any:
+        return self.base.device
+
+    def to_namespace(self, xp: Any, device: Any = None) -> AffineOperator:
+        base = self.base.to_namespace(xp, device)
+        if base is self.base:
+            return self
+        return AffineOperator(base, to_numpy(self.scale), to_numpy(self.offset))
 
     @property
     def has_offset(self) -> bool:
-        return bool(np.any(self.offset != 0))
+        return self._has_offset
+
+    def _outer(self, a: Any, b: Any) -> Any:
+        if self._xp is None:
+            return np.outer(a, b)
+        return a[:, None] * b[None, :]
+
+    def _w_sum(self, weights: Any) -> float:
+        if weights is None:
+            return self.n_rows
+        if self._xp is None:
+            return float(np.sum(weights))
+        return float(self._xp.sum(weights))
 
     @property
     def is_sparse(self) -> bool:
@@ -617,13 +1040,14 @@ class AffineOperator(Operator):
 
     @property
     def nbytes(self) -> int:
-        return self.base.nbytes + self.scale.nbytes + self.offset.nbytes
+        return self.base.nbytes + _xp_nbytes(self.scale) + _xp_nbytes(self.offset)
 
     def _col(self, X: np.ndarray, v: np.ndarray) -> np.ndarray:
         return X * (v if X.ndim == 1 else v[:, None])
 
     def matmul(self, X: np.ndarray) -> np.ndarray:
-        X = np.asarray(X)
+        if self._xp is None:
+            X = np.asarray(X)
         DX = self._col(X, self.scale)
         out = self.base.matmul(DX)
         if self.has_offset:
@@ -631,10 +1055,19 @@ class AffineOperator(Operator):
         return out
 
     def rmatmul(self, Y: np.ndarray) -> np.ndarray:
-        Y = np.asarray(Y)
+        if self._xp is None:
+            Y = np.asarray(Y)
+            out = self.base.rmatmul(Y)
+            if self.has_offset:
+                out = out - np.multiply.outer(self.offset, Y.sum(axis=0))
+            return self._col(out, self.scale)
+        xp = self._xp
         out = self.base.rmatmul(Y)
         if self.has_offset:
-            out = out - np.multiply.outer(self.offset, Y.sum(axis=0))
+            ysum = xp.sum(Y, axis=0)
+            out = out - (
+                self.offset * ysum if Y.ndim == 1 else self._outer(self.offset, ysum)
+            )
         return self._col(out, self.scale)
 
     def gram(self, weights: np.ndarray | None = None, format: Format = "auto") -> Any:
@@ -644,10 +1077,20 @@ class AffineOperator(Operator):
         )
         if self.has_offset:
             s = self.base.col_sums(weights)
-            w_sum = self.n_rows if weights is None else float(np.sum(weights))
+            w_sum = self._w_sum(weights)
             o = self.offset
-            G = G - np.outer(s, o) - np.outer(o, s) + w_sum * np.outer(o, o)
+            G = G - self._outer(s, o) - self._outer(o, s) + w_sum * self._outer(o, o)
         d = self.scale
+        if self._xp is not None:
+            if _any_sparse(G):
+                import cupyx.scipy.sparse as cusp
+
+                D = cusp.diags(d)
+                G = D @ G @ D
+            else:
+                G = G * d[:, None] * d[None, :]
+            base_format = MatrixOperator(G)
+            return base_format._xp_format(G, "sparse" if sparse else "dense")
         if sp.issparse(G):
             D = sp.diags(d)
             return _to_format(D @ G @ D, sparse)
@@ -655,13 +1098,13 @@ class AffineOperator(Operator):
 
     def col_sums(self, weights: np.ndarray | None = None) -> np.ndarray:
         s = self.base.col_sums(weights)
-        w_sum = self.n_rows if weights is None else float(np.sum(weights))
+        w_sum = self._w_sum(weights)
         return (s - w_sum * self.offset) * self.scale
 
     def col_sq_sums(self, weights: np.ndarray | None = None) -> np.ndarray:
         q = self.base.col_sq_sums(weights)
         s = self.base.col_sums(weights)
-        w_sum = self.n_rows if weights is None else float(np.sum(weights))
+        w_sum = self._w_sum(weights)
         o = self.offset
         return (q - 2 * o * s + w_sum * o * o) * self.scale**2
 
@@ -684,6 +1127,10 @@ class AffineOperator(Operator):
                 "a centered matrix is dense: it cannot be materialized as sparse."
             )
         A = self.base.materialize("sparse" if sparse else "dense")
+        if sparse and self._xp is not None:
+            import cupyx.scipy.sparse as cusp
+
+            return cusp.csr_matrix(A @ cusp.diags(self.scale))
         if sparse:
             return sp.csr_matrix(A @ sp.diags(self.scale))
         return (A - self.offset) * self.scale

@@ -366,7 +366,7 @@ class FactorizedGNMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         Iterations run.
     n_features_in_ : int
         Number of features seen during fit.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (n_features,)
         Names of the features seen during fit (datasets, and DataFrames with string
         column names).
 

@@ -15,13 +15,25 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_sample_weight, _check_y, check_is_fitted
 
+from ilargi_sklearn._backend._namespace import (
+    asarray_on,
+    is_numpy_namespace,
+    namespace_dtype,
+    to_numpy,
+)
 from ilargi_sklearn.linear_model._loss import (
     _gradient_descent,
     _lipschitz_constant,
     _loss_and_grad,
     _split_coef,
 )
-from ilargi_sklearn.utils._validation import STRATEGIES, validate_X
+from ilargi_sklearn.utils._validation import (
+    DEVICES,
+    STRATEGIES,
+    DeviceMixin,
+    input_namespace,
+    validate_X,
+)
 
 __all__ = ["FactorizedLinearRegression"]
 
@@ -155,18 +167,45 @@ def _solve_normal_equations(op, Y, sample_weight, fit_intercept, max_refine=5):
     """
     n_samples, n_features = op.shape
     dtype = op.dtype
-    sw_sum = float(n_samples if sample_weight is None else np.sum(sample_weight))
-    G = np.asarray(op.gram(sample_weight, format="dense"), dtype=np.float64)
+    # ``Y`` and ``sample_weight`` live where ``op`` does; the parameter-sized algebra
+    # (gram, Cholesky, refinement steps) runs on the host in float64.
+    xp = op.xp
+    if is_numpy_namespace(xp):
+        host = _host64
+        cast = _cast_like(dtype)
+        colsum = _colsum
+        predict64 = _predict64_numpy
+    else:
+        xdt = namespace_dtype(xp, dtype)
+
+        def host(a):
+            return np.asarray(to_numpy(a), dtype=np.float64)
+
+        def cast(a):
+            return xp.astype(a, xdt)
+
+        def colsum(a):
+            return host(xp.sum(a, axis=0))
+
+        def predict64(op, coef):
+            P = op.matmul(asarray_on(coef.astype(dtype), xp, op.device))
+            return xp.astype(P, xp.float64)
+
+    if sample_weight is None:
+        sw_sum = float(n_samples)
+    else:
+        sw_sum = float(xp.sum(sample_weight))
+    G = host(op.gram(sample_weight, format="dense"))
     D = np.diag(G).copy()
 
     def weighted(R):
         return R if sample_weight is None else R * sample_weight[:, None]
 
     SY = weighted(Y)
-    rhs = np.asarray(op.rmatmul(SY.astype(dtype, copy=False)), dtype=np.float64)
-    y_mean = SY.sum(axis=0) / sw_sum
+    rhs = host(op.rmatmul(cast(SY)))
+    y_mean = colsum(SY) / sw_sum
     if fit_intercept:
-        mu = np.asarray(op.col_sums(sample_weight), dtype=np.float64) / sw_sum
+        mu = host(op.col_sums(sample_weight)) / sw_sum
         G = G - sw_sum * np.outer(mu, mu)
         rhs = rhs - np.outer(mu, sw_sum * y_mean)
     else:
@@ -193,11 +232,16 @@ def _solve_normal_equations(op, Y, sample_weight, fit_intercept, max_refine=5):
     previous = np.inf
     for _ in range(max_refine):
         intercept = y_mean - mu @ coef
-        R = Y - np.asarray(op.matmul(coef.astype(dtype)), dtype=np.float64) - intercept
+        b = (
+            intercept
+            if is_numpy_namespace(xp)
+            else asarray_on(intercept, xp, op.device)
+        )
+        R = Y - predict64(op, coef) - b
         SR = weighted(R)
-        grad = np.asarray(op.rmatmul(SR.astype(dtype, copy=False)), dtype=np.float64)
+        grad = host(op.rmatmul(cast(SR)))
         if fit_intercept:
-            grad -= np.outer(mu, SR.sum(axis=0))
+            grad -= np.outer(mu, colsum(SR))
         step = solve(grad)
         size = float(np.max(np.abs(step)))
         if not size < 0.5 * previous:
@@ -208,6 +252,25 @@ def _solve_normal_equations(op, Y, sample_weight, fit_intercept, max_refine=5):
         if size <= tiny * float(np.max(np.abs(coef))):
             break
     return coef.T, y_mean - mu @ coef, rank
+
+
+def _host64(a):
+    return np.asarray(a, dtype=np.float64)
+
+
+def _cast_like(dtype):
+    def cast(a):
+        return a.astype(dtype, copy=False)
+
+    return cast
+
+
+def _colsum(a):
+    return a.sum(axis=0)
+
+
+def _predict64_numpy(op, coef):
+    return np.asarray(op.matmul(coef.astype(op.dtype)), dtype=np.float64)
 
 
 def _solve_lsqr(op, Y, sample_weight, fit_intercept, tol):
@@ -268,7 +331,7 @@ def _solve_lsqr(op, Y, sample_weight, fit_intercept, tol):
     return coef, intercept, n_iter
 
 
-class FactorizedLinearRegression(RegressorMixin, BaseEstimator):
+class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
     """Ordinary least squares on joined data sources, without building the join.
 
     Fits ``y ~ T coef + intercept`` where ``T`` is the joined matrix of a
@@ -306,6 +369,14 @@ class FactorizedLinearRegression(RegressorMixin, BaseEstimator):
         How a :class:`~ilargi_sklearn.MultiSourceDataset` is used in ``fit``: through
         its factorized operator, or materialized once into a plain matrix. Both give
         the same model; plain arrays are always used as they are.
+    device : {"auto", "cpu", "gpu"}, default="auto"
+        Where ``fit`` and ``predict`` compute: "auto" where the data lives, "cpu",
+        or "gpu" (CuPy; a dataset is moved once and its device copy cached). On a
+        device only the dense normal-equation solver runs; the gram and the
+        refinement steps' parameter-sized algebra run on the host. ``coef_`` and
+        ``intercept_`` stay where the fit ran; ``predict`` returns the caller's
+        array type; pickles hold NumPy arrays. "gpu" without a usable GPU raises a
+        ``RuntimeError`` with the probe's reason.
 
     Attributes
     ----------
@@ -318,7 +389,7 @@ class FactorizedLinearRegression(RegressorMixin, BaseEstimator):
         targets) for large sparse problems, or 1 for the direct solve.
     n_features_in_ : int
         Number of features seen during fit.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (n_features,)
         Names of features seen during fit (datasets, and DataFrames with string
         column names).
 
@@ -391,6 +462,7 @@ class FactorizedLinearRegression(RegressorMixin, BaseEstimator):
         "learning_rate": [Interval(Real, 0, None, closed="neither"), None],
         "tol": [Interval(Real, 0, None, closed="left"), None],
         "strategy": [StrOptions(set(STRATEGIES))],
+        "device": [StrOptions(set(DEVICES))],
     }
 
     def __init__(
@@ -402,6 +474,7 @@ class FactorizedLinearRegression(RegressorMixin, BaseEstimator):
         learning_rate=None,
         tol=None,
         strategy="factorized",
+        device="auto",
     ):
         self.fit_intercept = fit_intercept
         self.solver = solver
@@ -409,6 +482,7 @@ class FactorizedLinearRegression(RegressorMixin, BaseEstimator):
         self.learning_rate = learning_rate
         self.tol = tol
         self.strategy = strategy
+        self.device = device
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
@@ -429,8 +503,16 @@ class FactorizedLinearRegression(RegressorMixin, BaseEstimator):
         self : object
             Fitted estimator.
         """
-        op = validate_X(self, X, reset=True, strategy=self.strategy)
+        op = validate_X(self, X, reset=True, strategy=self.strategy, device=self.device)
         _check_y_given(self, y)
+        xp = op.xp
+        on_device = not is_numpy_namespace(xp)
+        if on_device:
+            # y is validated on the host (one copy when it came from the device),
+            # then lives next to the data for the whole fit.
+            y = to_numpy(y) if hasattr(y, "shape") else y
+            if sample_weight is not None and hasattr(sample_weight, "shape"):
+                sample_weight = to_numpy(sample_weight)
         y = _check_y(y, multi_output=True, y_numeric=True, estimator=self)
         if sp.issparse(y):
             y = y.toarray()
@@ -441,7 +523,24 @@ class FactorizedLinearRegression(RegressorMixin, BaseEstimator):
         n_samples, n_features = op.shape
         Y = np.asarray(y, dtype=np.float64).reshape(n_samples, -1)
 
-        if self.solver == "gd":
+        if on_device:
+            if self.solver == "gd" or op.is_sparse:
+                raise NotImplementedError(
+                    "on a device, FactorizedLinearRegression supports the dense "
+                    f"normal-equation solver only (got solver={self.solver!r}, "
+                    f"sparse={op.is_sparse}); use device='cpu'."
+                )
+            Yd = asarray_on(Y, xp, op.device)
+            swd = (
+                None
+                if sample_weight is None
+                else asarray_on(sample_weight, xp, op.device)
+            )
+            coef, intercept, _ = _solve_normal_equations(
+                op, Yd, swd, self.fit_intercept
+            )
+            n_iter = 1
+        elif self.solver == "gd":
             coef, intercept, n_iter = self._fit_gd(op, Y, sample_weight)
         elif op.is_sparse and n_features > _MAX_DENSE_GRAM_FEATURES:
             logger.info(
@@ -467,6 +566,11 @@ class FactorizedLinearRegression(RegressorMixin, BaseEstimator):
         else:
             self.coef_ = coef
             self.intercept_ = intercept if self.fit_intercept else 0.0
+        if on_device:
+            # Fitted attributes stay where the fit ran.
+            self.coef_ = asarray_on(self.coef_, xp, op.device)
+            if self.fit_intercept:
+                self.intercept_ = asarray_on(self.intercept_, xp, op.device)
         self.n_iter_ = n_iter
         return self
 
@@ -519,11 +623,31 @@ class FactorizedLinearRegression(RegressorMixin, BaseEstimator):
             Predicted values.
         """
         check_is_fitted(self)
-        op = validate_X(self, X, reset=False)
-        return op.matmul(self.coef_.T) + self.intercept_
+        xp_in, device_in = input_namespace(X)
+        op = validate_X(self, X, reset=False, device=self.device)
+        xp = op.xp
+        if is_numpy_namespace(xp) and _on_host(self.coef_):
+            out = op.matmul(self.coef_.T) + self.intercept_
+        else:
+            # Parameters go to where the data is (they are small).
+            coef = asarray_on(self.coef_, xp, op.device)
+            coef = coef if coef.ndim == 1 else xp.matrix_transpose(coef)
+            b = self.intercept_
+            b = asarray_on(b, xp, op.device) if hasattr(b, "shape") else b
+            out = op.matmul(coef) + b
+        if xp is not xp_in and not (
+            is_numpy_namespace(xp) and is_numpy_namespace(xp_in)
+        ):
+            # Predictions come back in the caller's array type.
+            out = asarray_on(out, xp_in, device_in)
+        return out
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         tags.target_tags.multi_output = True
         return tags
+
+
+def _on_host(a):
+    return isinstance(a, np.ndarray)

@@ -87,7 +87,7 @@ class FactorizedLogisticRegression(ClassifierMixin, BaseEstimator):
         Iterations run by the solver.
     n_features_in_ : int
         Number of features seen during fit.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (n_features,)
         Names of features seen during fit (datasets, and DataFrames with string
         column names).
 

@@ -7,11 +7,122 @@ from typing import Any
 import numpy as np
 from sklearn.utils.validation import validate_data
 
+from ilargi_sklearn._backend._namespace import (
+    asarray_on,
+    device_of,
+    get_namespace,
+    is_numpy_namespace,
+    namespace_dtype,
+    numpy_dtype,
+    to_numpy,
+)
 from ilargi_sklearn.dataset import MatrixOperator, MultiSourceDataset, Operator
 
-__all__ = ["check_strategy", "validate_X"]
+__all__ = [
+    "DEVICES",
+    "DeviceMixin",
+    "check_device",
+    "check_strategy",
+    "input_namespace",
+    "validate_X",
+]
 
 STRATEGIES = ("factorized", "materialized")
+DEVICES = ("auto", "cpu", "gpu")
+
+
+def check_device(device: str) -> str:
+    """Validate a ``device`` parameter; ``"gpu"`` also requires a usable GPU.
+
+    Raises
+    ------
+    ValueError
+        For a value outside :data:`DEVICES`.
+    RuntimeError
+        For ``"gpu"`` when the GPU probe fails; the message carries its reason.
+    """
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, got {device!r}.")
+    if device == "gpu":
+        from ilargi_sklearn._backend._gpu import probe_gpu
+
+        usable, reason = probe_gpu()
+        if not usable:
+            raise RuntimeError(
+                f"device='gpu' was requested but no GPU is usable: {reason}."
+            )
+    return device
+
+
+def input_namespace(X: Any) -> tuple[Any, Any]:
+    """``(xp, device)`` where ``X`` (array or dataset) lives: results go back there."""
+    if isinstance(X, MultiSourceDataset):
+        return X.operator.xp, X.device
+    if isinstance(X, (np.ndarray, list, tuple)) or not hasattr(X, "shape"):
+        return get_namespace(), "cpu"
+    try:
+        xp = get_namespace(X)
+    except TypeError:  # pandas and other array-likes
+        return get_namespace(), "cpu"
+    return xp, device_of(X)
+
+
+class DeviceMixin:
+    """Pickling that stores device arrays (CuPy, ...) as NumPy arrays.
+
+    A model fitted on a GPU then loads on a machine without one; its attributes are
+    NumPy after loading (``predict`` moves them to where the data is).
+    """
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        return {k: (v if _is_host(v) else to_numpy(v)) for k, v in dict(state).items()}
+
+
+def _is_host(v: Any) -> bool:
+    if v is None or isinstance(v, (np.ndarray, str, bytes, int, float, bool, dict)):
+        return True
+    if isinstance(v, (list, tuple)) or not hasattr(v, "shape"):
+        return True
+    try:
+        return is_numpy_namespace(get_namespace(v))
+    except TypeError:
+        return True
+
+
+def _validate_device_array(estimator: Any, X: Any, reset: bool) -> Operator:
+    """Light validation of a non-NumPy array, in its own namespace."""
+    xp = get_namespace(X)
+    name = type(estimator).__name__
+    if X.ndim != 2:
+        raise ValueError(
+            f"Expected 2D array, got {X.ndim}D array instead (shape={X.shape})."
+        )
+    if X.shape[0] == 0:
+        raise ValueError(
+            f"Found array with 0 sample(s) (shape={X.shape}) while a minimum of 1 "
+            f"is required by {name}."
+        )
+    kind = numpy_dtype(X.dtype).kind
+    if kind not in "biuf":
+        raise ValueError(f"{name} expects numeric data, got dtype {X.dtype}.")
+    if kind != "f":
+        X = xp.astype(X, namespace_dtype(xp, np.float64))
+    if not bool(xp.all(xp.isfinite(X))):
+        raise ValueError("Input X contains NaN or infinity.")
+    n_features = int(X.shape[1])
+    if reset:
+        estimator.n_features_in_ = n_features
+        if hasattr(estimator, "feature_names_in_"):
+            del estimator.feature_names_in_
+    else:
+        expected = getattr(estimator, "n_features_in_", None)
+        if expected is not None and n_features != expected:
+            raise ValueError(
+                f"X has {n_features} features, but {name} is expecting {expected} "
+                "features as input."
+            )
+    return MatrixOperator(X)
 
 
 def check_strategy(strategy: str) -> str:
@@ -28,6 +139,7 @@ def validate_X(
     strategy: str = "factorized",
     accept_sparse: bool = True,
     ensure_non_negative: bool = False,
+    device: str = "auto",
 ) -> Operator:
     """Validate ``X`` once at the estimator boundary and return its operator.
 
@@ -35,8 +147,25 @@ def validate_X(
     one when ``strategy="materialized"``; arrays go through scikit-learn's
     ``validate_data`` and give a :class:`MatrixOperator`. ``n_features_in_`` and
     ``feature_names_in_`` are set when ``reset`` and checked otherwise.
+
+    ``device`` places the computation: ``"auto"`` where the data lives, ``"cpu"``
+    or ``"gpu"`` (a dataset moves once, through its cached
+    :meth:`~MultiSourceDataset.to_device` copy; an array is copied for this call).
+    Non-NumPy arrays are validated in their own namespace.
     """
     check_strategy(strategy)
+    check_device(device)
+    if isinstance(X, MultiSourceDataset) and device != "auto":
+        X = X.to_device(device)
+    elif device == "cpu" and not _is_host(X):
+        X = to_numpy(X)
+    if not isinstance(X, MultiSourceDataset) and not _is_host(X):
+        op = _validate_device_array(estimator, X, reset)
+        if ensure_non_negative and bool(op.xp.any(op.A < 0)):
+            raise ValueError(
+                f"Negative values in data passed to {type(estimator).__name__}."
+            )
+        return op
     if isinstance(X, MultiSourceDataset):
         n_rows, n_features = X.shape
         name = type(estimator).__name__
@@ -77,6 +206,10 @@ def validate_X(
         dtype=[np.float64, np.float32],
         ensure_non_negative=ensure_non_negative,
     )
+    if device == "gpu":
+        import array_api_compat.cupy as xp_cupy
+
+        return MatrixOperator(asarray_on(X, xp_cupy))
     return MatrixOperator(X)
 
 
@@ -86,7 +219,7 @@ def _check_non_negative_operator(op: Operator, name: str) -> None:
     # A centered dataset (non-zero offset) is treated as possibly negative: its
     # range is not known without column minima, and centering makes some cells < 0.
     while isinstance(op, AffineOperator):
-        if np.any(op.offset != 0) or np.any(op.scale < 0):
+        if op.has_offset or bool(op.xp.any(op.scale < 0)):
             raise ValueError(
                 f"Negative values in data passed to {name} (the dataset is centered "
                 "or negatively scaled)."
@@ -95,6 +228,10 @@ def _check_non_negative_operator(op: Operator, name: str) -> None:
     if isinstance(op, FactorizedMatrix):
         for t in op.terms:
             S = t.S
+            if not (isinstance(S, np.ndarray) or hasattr(S, "indptr")):
+                if bool(get_namespace(S).any(S < 0)):
+                    raise ValueError(f"Negative values in data passed to {name}.")
+                continue
             vals = S if isinstance(S, np.ndarray) else S.data
             if vals.size and vals.min() < 0:
                 raise ValueError(f"Negative values in data passed to {name}.")
