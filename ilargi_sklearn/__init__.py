@@ -12,11 +12,13 @@ from ilargi_sklearn.linear_model import (
     FactorizedLinearRegression,
     FactorizedLogisticRegression,
 )
+from ilargi_sklearn.planner import AutoPlan
 from ilargi_sklearn.preprocessing import FactorizedStandardScaler
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AutoPlan",
     "FactorizedGNMF",
     "FactorizedKMeans",
     "FactorizedLinearRegression",

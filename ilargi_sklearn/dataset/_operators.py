@@ -775,19 +775,28 @@ class FactorizedMatrix(Operator):
             out = np.zeros((n, m), dtype=self.dtype)
             written = np.zeros(m, dtype=bool)
             for t in self.terms:
-                S = t.S.toarray() if sp.issparse(t.S) else t.S
+                S = t.S
+                # A sparse source is never densified whole (a few target rows of a
+                # wide one-hot source would otherwise cost the full dense source):
+                # gather its rows sparsely, then densify only that block.
+                ind = t.rows.indicator(self.dtype) if sp.issparse(S) else None
                 sel = _index(t.cols)
                 # The first owner of these columns writes, later ones add.
                 add = bool(written[sel].any())
                 written[sel] = True
                 # Blocks of target rows: no n-sized gathered temporary.
-                step = max(1024, _BLOCK_BYTES // max(S.shape[1] * S.itemsize, 1))
+                step = max(1024, _BLOCK_BYTES // max(S.shape[1] * S.dtype.itemsize, 1))
                 for start in range(0, n, step):
                     rows = slice(start, min(start + step, n))
+                    block = (
+                        t.rows.gather(S, rows)
+                        if ind is None
+                        else (ind[rows] @ S).toarray()
+                    )
                     if add:
-                        out[rows, sel] += t.rows.gather(S, rows)
+                        out[rows, sel] += block
                     else:
-                        out[rows, sel] = t.rows.gather(S, rows)
+                        out[rows, sel] = block
             return out
         rows, cols, vals = [], [], []
         for t in self.terms:

@@ -1,0 +1,67 @@
+"""Produce the default cost model shipped in ``ilargi_sklearn/planner/data/``.
+
+One calibration run (10 minutes on a 2-core machine): the Hamlet datasets first,
+then the synthetic grid in a seeded random order until the budget is spent; then
+the CatBoost model is trained on the records. The model and the records (our own
+timings; the Hamlet-derived ones are numbers only, no data) are copied into the
+package data folder.
+
+Usage::
+
+    python benchmarks/calibrate_default.py --hamlet ../shared/data/hamlet \
+        --work /tmp/calib [--budget 600] [--install]
+
+``--install`` copies ``cost_model.cbm`` and ``calibration.jsonl`` into
+``ilargi_sklearn/planner/data/``. The run resumes from ``WORK/calibration.jsonl``
+when interrupted. Hardware figures are measured into ``WORK/cache`` (set as
+``ILARGI_CACHE_DIR``), so the user's own cache is left alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hamlet", default=None, help="folder of the Hamlet datasets")
+    ap.add_argument("--work", required=True, help="folder for records and the model")
+    ap.add_argument("--budget", type=float, default=600.0)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--install", action="store_true")
+    args = ap.parse_args(argv)
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    os.environ["ILARGI_CACHE_DIR"] = str(work / "cache")
+    logging.basicConfig(level=logging.INFO, filename=work / "calibrate.log")
+
+    from ilargi_sklearn.planner import calibrate
+
+    t0 = time.perf_counter()
+    model = calibrate(
+        work / "calibration.jsonl",
+        budget_seconds=args.budget,
+        hamlet_path=args.hamlet,
+        repeats=args.repeats,
+        random_state=0,
+        progress=True,
+        model_path=work / "cost_model.cbm",
+    )
+    print(f"trained {model} in {time.perf_counter() - t0:.0f} s")
+    if args.install:
+        data = (
+            Path(__file__).resolve().parents[1] / "ilargi_sklearn" / "planner" / "data"
+        )
+        data.mkdir(exist_ok=True)
+        shutil.copyfile(model, data / "cost_model.cbm")
+        shutil.copyfile(work / "calibration.jsonl", data / "calibration.jsonl")
+        print(f"installed into {data}")
+
+
+if __name__ == "__main__":
+    main()

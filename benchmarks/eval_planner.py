@@ -1,0 +1,514 @@
+"""Evaluate the planner on held-out workloads: measured times, not predicted ones.
+
+Held-out sets (DESIGN.md 5 and 8.7: no test dataset in training):
+
+* **Hamlet, leave one dataset out**: for each Hamlet dataset a model is trained on
+  the calibration records of every *other* workload group (the synthetic grid and
+  the four other Hamlet datasets) and judged on the left-out dataset's measured
+  timings (from the calibration records).
+* **Off-grid synthetic schemas**: parameter values that are not in the
+  calibration grid (rows, tuple and feature ratios, sparsity, three sources),
+  timed here, judged with the model trained on all calibration records.
+
+For every workload the policies choose factorized or materialized (one fit, join
+not cached): the learned model, always materialize, always factorize, Morpheus'
+rule and Amalur's rule. Reported per policy: accuracy (chosen plan is the measured
+fastest), utility (time saved against always-materialize over the time the oracle
+saves) and regret (sum of chosen times over sum of oracle times, minus 1).
+
+**Batch workload**: a grid search (3-fold, 2 parameter values, refit) per estimator
+and dataset, run for real under always-factorize, always-materialize (both through
+AutoPlan with a fixed plan, so the join is built once per dataset) and AutoPlan
+(the left-out model on Hamlet); the rules' batch times are those of the fixed plan
+they pick.
+
+Usage::
+
+    python benchmarks/eval_planner.py --records RECORDS.jsonl \
+        --hamlet ../shared/data/hamlet --out OUTDIR
+
+Writes ``OUTDIR/summary.json``, ``OUTDIR/offgrid.jsonl`` (timings, resumable),
+``OUTDIR/predicted_vs_measured.png`` and ``OUTDIR/batch_totals.png``; prints
+markdown tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from ilargi_sklearn.planner import (
+    BASELINES,
+    AutoPlan,
+    clear_materialization_cache,
+    load_cost_model,
+    plan_features,
+    read_records,
+    shipped_model_path,
+    train_cost_model,
+)
+from ilargi_sklearn.planner._calibrate import (
+    HAMLET,
+    HAMLET_PARAMS,
+    _DataCache,
+    _targets,
+    _workload_estimator,
+    calibrate,
+)
+
+POLICIES = ("learned", *BASELINES)
+CHOICES = ("factorized-cpu", "materialized-cpu")
+
+#: Off-grid schemas: no value of the calibration grid except where noted.
+OFFGRID = [
+    {
+        "n_rows": 10_000,
+        "tuple_ratio": 10.0,
+        "feature_ratio": 4.0,
+        "sparsity": 0.5,
+        "n_sources": 3,
+        "join": "left",
+        "n_base_features": 10,
+    },
+    {
+        "n_rows": 40_000,
+        "tuple_ratio": 50.0,
+        "feature_ratio": 16.0,
+        "sparsity": 0.9,
+        "n_sources": 3,
+        "join": "inner",
+        "n_base_features": 10,
+    },
+    {
+        "n_rows": 100_000,
+        "tuple_ratio": 3.0,
+        "feature_ratio": 1.0,
+        "sparsity": 0.0,
+        "n_sources": 3,
+        "join": "left",
+        "n_base_features": 8,
+    },
+    {
+        "n_rows": 40_000,
+        "tuple_ratio": 10.0,
+        "feature_ratio": 12.0,
+        "sparsity": 0.95,
+        "n_sources": 3,
+        "join": "many_to_many",
+        "n_base_features": 10,
+    },
+    {
+        "n_rows": 100_000,
+        "tuple_ratio": 40.0,
+        "feature_ratio": 4.0,
+        "sparsity": 0.3,
+        "n_sources": 3,
+        "join": "inner",
+        "n_base_features": 12,
+    },
+    {
+        "n_rows": 10_000,
+        "tuple_ratio": 1.5,
+        "feature_ratio": 16.0,
+        "sparsity": 0.9,
+        "n_sources": 3,
+        "join": "left",
+        "n_base_features": 10,
+    },
+]
+OFFGRID_PARAMS = {
+    "linear": {"solver": "gd", "max_iter": 12},
+    "logistic": {"max_iter": 6, "tol": 0.0},
+    "kmeans": {
+        "n_clusters": 6,
+        "max_iter": 4,
+        "tol": 0.0,
+        "n_init": 1,
+        "random_state": 0,
+    },
+    "gnmf": {"n_components": 6, "max_iter": 8, "tol": 0.0, "random_state": 0},
+}
+#: Batch grids: two values of one parameter that does not change the plan costs
+#: much, 3-fold CV with refit (7 fits per grid search).
+BATCH_GRID = {
+    "linear": {"estimator__fit_intercept": [True, False]},
+    "logistic": {"estimator__C": [0.1, 1.0]},
+    "kmeans": {"estimator__max_iter": [2, 3]},
+    "gnmf": {"estimator__max_iter": [2, 3]},
+}
+
+
+def _workloads(records):
+    """Group records by workload: {id: {"features", "group", "times": {plan: s}}}."""
+    out = {}
+    for r in records:
+        w = out.setdefault(
+            r["workload"],
+            {
+                "group": r["group"],
+                "estimator": r["estimator"],
+                "features": r["features"],
+                "times": {},
+            },
+        )
+        key = r["plan"] + ("+cached" if r.get("cached") else "")
+        w["times"][key] = float(r["seconds"])
+    return {k: v for k, v in out.items() if all(c in v["times"] for c in CHOICES)}
+
+
+def _rep(plan):
+    return plan.split("-")[0] + "-cpu"
+
+
+def _decide(workloads, model):
+    """Each policy's choice per workload, and the learned model's predictions."""
+    rows = []
+    for wid, w in workloads.items():
+        pred = model.predict(w["features"], list(CHOICES))
+        choice = {"learned": min(pred, key=pred.get)}
+        for name, rule in BASELINES.items():
+            choice[name] = _rep(rule(w["features"]))
+        rows.append({"id": wid, **w, "predicted": pred, "choice": choice})
+    return rows
+
+
+def _metrics(rows, policies=POLICIES):
+    oracle = sum(min(r["times"][c] for c in CHOICES) for r in rows)
+    base = sum(r["times"]["materialized-cpu"] for r in rows)
+    out = {}
+    for p in policies:
+        chosen = sum(r["times"][r["choice"][p]] for r in rows)
+        correct = sum(
+            r["choice"][p] == min(CHOICES, key=lambda c: r["times"][c]) for r in rows
+        )
+        out[p] = {
+            "accuracy": correct / len(rows),
+            "utility": (base - chosen) / (base - oracle) if base > oracle else 1.0,
+            "regret": chosen / oracle - 1.0,
+            "seconds": chosen,
+        }
+    out["oracle"] = {"seconds": oracle, "accuracy": 1.0, "utility": 1.0, "regret": 0.0}
+    return out
+
+
+def _table(title, metrics):
+    lines = [
+        f"\n### {title}\n",
+        "| policy | accuracy | utility | regret | total s |",
+        "|---|---|---|---|---|",
+    ]
+    for p, m in metrics.items():
+        lines.append(
+            f"| {p} | {m['accuracy']:.0%} | {m['utility']:.0%} | {m['regret']:.1%} | "
+            f"{m['seconds']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def _time_offgrid(path, hamlet_path, budget):
+    work = [
+        {
+            "group": f"offgrid:{i}",
+            "data": schema,
+            "estimator": kind,
+            "params": dict(OFFGRID_PARAMS[kind]),
+            **({"classes": 3} if kind == "logistic" else {}),
+        }
+        for i, schema in enumerate(OFFGRID)
+        for kind in OFFGRID_PARAMS
+    ]
+    calibrate(
+        path,
+        workloads=work,
+        budget_seconds=budget,
+        repeats=2,
+        progress=True,
+        train=False,
+        hamlet_path=hamlet_path,
+    )
+    return read_records(path)
+
+
+def _batch(hamlet_path, models, offgrid_model, estimators, timeout):
+    """Wall time of a grid search per (estimator, dataset) under each policy."""
+    from sklearn.base import clone
+    from sklearn.model_selection import GridSearchCV
+
+    data = _DataCache(hamlet_path)
+    datasets = [("hamlet:" + n, {"hamlet": n}) for n in HAMLET]
+    datasets += [(f"offgrid:{i}", s) for i, s in enumerate(OFFGRID[:3])]
+    results = []
+    t_start = time.perf_counter()
+    for group, spec in datasets:
+        for kind in estimators:
+            if time.perf_counter() - t_start > timeout:
+                logging.warning("batch: time budget reached")
+                return results
+            params = dict(
+                HAMLET_PARAMS[kind]
+                if group.startswith("hamlet")
+                else OFFGRID_PARAMS[kind]
+            )
+            w = {
+                "group": group,
+                "data": spec,
+                "estimator": kind,
+                "params": params,
+                "init_rows": kind == "kmeans",
+            }
+            if kind == "logistic" and not group.startswith("hamlet"):
+                w["classes"] = 3
+            ds, y = data.get(spec)
+            X, yy = _targets(w, ds, y)
+            est = _workload_estimator(w, X)
+            scoring = None
+            if kind == "gnmf":
+
+                def scoring(e, X, y=None):
+                    return -e.estimator_.reconstruction_err_
+
+            model = models.get(group, offgrid_model)
+            policy_est = {
+                "always_factorize": AutoPlan(
+                    est, plans=["factorized"], cost_model="analytical"
+                ),
+                "always_materialize": AutoPlan(
+                    est, plans=["materialized"], cost_model="analytical"
+                ),
+                "learned": AutoPlan(est, cost_model=model),
+            }
+            # Warm-up: the first fits build the row maps' cached indicators and
+            # touch the sources; no policy should pay that for the others.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for strategy in ("factorized", "materialized"):
+                    clone(est).set_params(strategy=strategy).fit(X, yy)
+            times = {}
+            chosen = []
+            names = list(policy_est)
+            shift = len(results) % len(names)  # rotate the order of the policies
+            for name in names[shift:] + names[:shift]:
+                auto = policy_est[name]
+                clear_materialization_cache()
+                search = GridSearchCV(
+                    auto, BATCH_GRID[kind], cv=3, scoring=scoring, error_score="raise"
+                )
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    t0 = time.perf_counter()
+                    search.fit(X, yy)
+                    times[name] = time.perf_counter() - t0
+                if name == "learned":
+                    chosen = search.best_estimator_.plan_
+            clear_materialization_cache()
+            f = plan_features(X, est, yy)
+            for name in ("morpheus", "amalur"):
+                fixed = {
+                    "factorized": "always_factorize",
+                    "materialized": "always_materialize",
+                }[BASELINES[name](f)]
+                times[name] = times[fixed]
+            results.append(
+                {
+                    "group": group,
+                    "estimator": kind,
+                    "times": times,
+                    "learned_refit_plan": chosen,
+                }
+            )
+            print(
+                f"batch {group:<20} {kind:<9} "
+                + " ".join(f"{k}={v:.2f}s" for k, v in times.items()),
+                file=sys.stderr,
+                flush=True,
+            )
+    return results
+
+
+def _plots(out, held_out_rows, batch_totals):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 5))
+    colors = {"linear": "C0", "logistic": "C1", "kmeans": "C2", "gnmf": "C3"}
+    lo, hi = np.inf, 0
+    for r in held_out_rows:
+        for plan, marker in zip(CHOICES, ("o", "s")):
+            m, p = r["times"][plan], r["predicted"][plan]
+            lo, hi = min(lo, m, p), max(hi, m, p)
+            wrong = r["choice"]["learned"] != min(CHOICES, key=lambda c: r["times"][c])
+            ax.scatter(
+                m,
+                p,
+                c=colors.get(r["estimator"], "k"),
+                marker=marker,
+                edgecolors="black" if wrong else "none",
+                linewidths=1.5,
+                s=28,
+            )
+    ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="measured seconds",
+        ylabel="predicted seconds",
+        title="held-out plans (o factorized, s materialized;\n"
+        "black edge: learned model chose the slower plan)",
+    )
+    for k, c in colors.items():
+        ax.scatter([], [], c=c, label=k)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(out / "predicted_vs_measured.png", dpi=120)
+    plt.close(fig)
+
+    if batch_totals:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        names = list(batch_totals)
+        ax.barh(names, [batch_totals[n] for n in names], color="C0")
+        ax.set(xlabel="total seconds of the batch workload (grid searches)")
+        fig.tight_layout()
+        fig.savefig(out / "batch_totals.png", dpi=120)
+        plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", required=True, help="calibration records (JSON lines)")
+    ap.add_argument("--hamlet", default=None, help="folder of the Hamlet datasets")
+    ap.add_argument("--out", required=True, help="output folder (PNGs, JSON)")
+    ap.add_argument(
+        "--model",
+        default=None,
+        help="model for off-grid workloads (default: shipped model)",
+    )
+    ap.add_argument("--offgrid-budget", type=float, default=240.0)
+    ap.add_argument("--batch-budget", type=float, default=420.0)
+    ap.add_argument("--skip-batch", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    records = read_records(args.records)
+    workloads = _workloads(records)
+    summary = {"n_records": len(records), "n_workloads": len(workloads)}
+    tables = []
+
+    # Hamlet, one dataset left out at a time.
+    models, hamlet_rows = {}, []
+    tmp = Path(tempfile.mkdtemp(prefix="eval_planner_"))
+    for name in HAMLET:
+        group = f"hamlet:{name}"
+        test = {k: w for k, w in workloads.items() if w["group"] == group}
+        if not test:
+            continue
+        train = [r for r in records if r["group"] != group]
+        path = train_cost_model(None, tmp / f"without_{name}.cbm", records=train)
+        models[group] = str(path)
+        hamlet_rows += _decide(test, load_cost_model(str(path)))
+    if hamlet_rows:
+        m = _metrics(hamlet_rows)
+        summary["hamlet_leave_one_out"] = m
+        tables.append(_table("Hamlet, each dataset left out of training", m))
+
+    # Off-grid synthetic schemas.
+    offgrid_model = args.model or str(shipped_model_path())
+    off_records = _time_offgrid(out / "offgrid.jsonl", args.hamlet, args.offgrid_budget)
+    off_rows = _decide(_workloads(off_records), load_cost_model(offgrid_model))
+    if off_rows:
+        m = _metrics(off_rows)
+        summary["offgrid"] = m
+        tables.append(_table("Off-grid synthetic schemas (model: all calibration)", m))
+    all_rows = hamlet_rows + off_rows
+    if all_rows:
+        m = _metrics(all_rows)
+        summary["all_held_out"] = m
+        tables.append(_table("All held-out workloads", m))
+
+    # Where the model errs.
+    errs = []
+    for r in all_rows:
+        best = min(CHOICES, key=lambda c: r["times"][c])
+        if r["choice"]["learned"] != best:
+            lost = r["times"][r["choice"]["learned"]] - r["times"][best]
+            errs.append((lost, r["group"], r["estimator"], r["times"], r["predicted"]))
+    errs.sort(reverse=True)
+    lines = [
+        "\n### Learned model's wrong choices (largest loss first)\n",
+        "| group | estimator | measured F / M s | predicted F / M s | lost s |",
+        "|---|---|---|---|---|",
+    ]
+    for lost, g, e, t, p in errs:
+        lines.append(
+            f"| {g} | {e} | {t[CHOICES[0]]:.3f} / {t[CHOICES[1]]:.3f} | "
+            f"{p[CHOICES[0]]:.3f} / {p[CHOICES[1]]:.3f} | {lost:.3f} |"
+        )
+    tables.append("\n".join(lines))
+    errors = [
+        abs(np.log10(r["predicted"][c] / r["times"][c]))
+        for r in all_rows
+        for c in CHOICES
+    ]
+    if errors:
+        summary["median_abs_log10_error"] = float(statistics.median(errors))
+        tables.append(
+            f"\nmedian |log10(predicted / measured)| on held-out plans: "
+            f"{summary['median_abs_log10_error']:.3f}"
+        )
+
+    batch_totals = {}
+    if not args.skip_batch and args.hamlet:
+        batch = _batch(
+            args.hamlet, models, offgrid_model, tuple(OFFGRID_PARAMS), args.batch_budget
+        )
+        summary["batch"] = batch
+        names = [
+            "learned",
+            "always_factorize",
+            "always_materialize",
+            "morpheus",
+            "amalur",
+        ]
+        batch_totals = {n: sum(b["times"][n] for b in batch) for n in names}
+        # Headroom: the better fixed plan of each grid search, chosen in hindsight.
+        batch_totals["oracle_per_grid_search"] = sum(
+            min(b["times"]["always_factorize"], b["times"]["always_materialize"])
+            for b in batch
+        )
+        best_fixed = min(
+            batch_totals["always_factorize"], batch_totals["always_materialize"]
+        )
+        summary["batch_totals"] = batch_totals
+        summary["batch_speedup_vs_best_fixed"] = (
+            1 - batch_totals["learned"] / best_fixed
+        )
+        lines = [
+            "\n### Batch workload (grid searches, measured wall time)\n",
+            "| policy | total s |",
+            "|---|---|",
+        ]
+        lines += [f"| {n} | {t:.1f} |" for n, t in batch_totals.items()]
+        lines.append(
+            f"\nAutoPlan vs best fixed policy: "
+            f"{summary['batch_speedup_vs_best_fixed']:.1%} less time"
+        )
+        tables.append("\n".join(lines))
+
+    _plots(out, all_rows, batch_totals)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    print("\n".join(tables))
+
+
+if __name__ == "__main__":
+    main()

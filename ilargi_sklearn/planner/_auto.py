@@ -1,0 +1,618 @@
+"""AutoPlan: a meta-estimator that predicts each plan's time and fits the fastest."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, MetaEstimatorMixin, _fit_context, clone
+from sklearn.utils import get_tags
+from sklearn.utils._param_validation import HasMethods, StrOptions
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.validation import check_is_fitted
+
+from ilargi_sklearn._backend._gpu import probe_gpu
+from ilargi_sklearn.dataset import (
+    AffineOperator,
+    FactorizedMatrix,
+    MatrixOperator,
+    MultiSourceDataset,
+)
+from ilargi_sklearn.planner._cost_model import load_cost_model
+from ilargi_sklearn.planner._features import (
+    DEVICES,
+    PLANS,
+    REPRESENTATIONS,
+    plan_features,
+    split_plan,
+)
+
+__all__ = [
+    "AutoPlan",
+    "clear_materialization_cache",
+    "materialized_dataset",
+    "set_materialization_cache",
+]
+
+logger = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------- materialization cache
+def _total_memory() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - non-POSIX
+        return 8 * 2**30
+
+
+class _MaterializedCache:
+    """LRU of joined matrices, keyed by (root token, device).
+
+    A grid search over one dataset fits on many row slices of it; each slice's
+    joined matrix is ``M[rows]`` of the root's ``M``, so the join is built once.
+    """
+
+    def __init__(self, max_entries: int = 4, max_bytes: int | None = None) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes if max_bytes is not None else _total_memory() // 4
+        self._entries: OrderedDict[tuple[Any, str], tuple[Any, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, token: Any, device: str) -> Any:
+        with self._lock:
+            entry = self._entries.get((token, device))
+            if entry is None:
+                return None
+            self._entries.move_to_end((token, device))
+            return entry[0]
+
+    def __contains__(self, key: tuple[Any, str]) -> bool:
+        with self._lock:
+            return key in self._entries
+
+    def put(self, token: Any, device: str, matrix: Any, nbytes: int) -> None:
+        if nbytes > self.max_bytes:
+            return
+        with self._lock:
+            self._entries[(token, device)] = (matrix, nbytes)
+            self._entries.move_to_end((token, device))
+            while len(self._entries) > self.max_entries or (
+                sum(n for _, n in self._entries.values()) > self.max_bytes
+            ):
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+_CACHE = _MaterializedCache()
+
+
+def set_materialization_cache(max_entries: int = 4, max_bytes: int | None = None):
+    """Bound the cache of joined matrices that materialized plans share.
+
+    Parameters
+    ----------
+    max_entries : int, default=4
+        Most root datasets (times devices) kept.
+    max_bytes : int, optional
+        Most bytes kept; default a quarter of the machine's memory. A joined matrix
+        larger than this is never cached.
+    """
+    _CACHE.max_entries = int(max_entries)
+    _CACHE.max_bytes = _total_memory() // 4 if max_bytes is None else int(max_bytes)
+    _CACHE.clear()
+
+
+def clear_materialization_cache() -> None:
+    """Drop every cached joined matrix (frees their memory)."""
+    _CACHE.clear()
+
+
+def _unwrap_affine(op: Any) -> tuple[Any, list[tuple[Any, Any]]]:
+    layers = []
+    while isinstance(op, AffineOperator):
+        layers.append((op.scale, op.offset))
+        op = op.base
+    return op, layers
+
+
+def _nbytes(A: Any) -> int:
+    if hasattr(A, "indptr"):
+        return int(A.data.nbytes + A.indices.nbytes + A.indptr.nbytes)
+    return int(A.nbytes)
+
+
+def _root_info(ds: MultiSourceDataset) -> tuple[Any, Any, FactorizedMatrix] | None:
+    """(token, rows in the root or None, the root's factorized operator), when the
+    dataset's root is known and consistent with it; else None (no caching)."""
+    token = getattr(ds, "_root_token", None)
+    if token is None:
+        return None
+    rows = getattr(ds, "_root_rows", None)
+    root_op = getattr(ds, "_root_operator", None)
+    base, _ = _unwrap_affine(ds.operator)
+    root = base if rows is None else _unwrap_affine(root_op)[0]
+    if not isinstance(base, FactorizedMatrix) or not isinstance(root, FactorizedMatrix):
+        return None
+    if (
+        root.n_cols != base.n_cols
+        or root.dtype != base.dtype
+        or len(root.terms) != len(base.terms)
+        or any(a.S is not b.S for a, b in zip(root.terms, base.terms))
+    ):
+        return None
+    if rows is not None:
+        rows = np.asarray(rows)
+        if rows.shape != (base.n_rows,):
+            return None
+    return token, rows, root
+
+
+def _is_cached(X: Any, device: str) -> bool:
+    if not isinstance(X, MultiSourceDataset):
+        return False
+    info = _root_info(X)
+    return info is not None and (info[0], device) in _CACHE
+
+
+def materialized_dataset(
+    ds: MultiSourceDataset, device: str = "cpu"
+) -> tuple[MultiSourceDataset, bool]:
+    """The dataset over its joined matrix, built once per root dataset.
+
+    The result is a :class:`MultiSourceDataset` whose operator is the joined matrix
+    (under the same implicit scaling and centering as ``ds``), with the same feature
+    names: an estimator fitted on it with ``strategy="materialized"`` computes
+    exactly what it computes on ``ds`` itself, but the join of the root dataset is
+    built once and cached (see :func:`set_materialization_cache`), and a row slice
+    takes its rows of it.
+
+    Parameters
+    ----------
+    ds : MultiSourceDataset
+    device : str, default="cpu"
+
+    Returns
+    -------
+    dataset : MultiSourceDataset
+    hit : bool
+        Whether the joined matrix came from the cache.
+    """
+    base, layers = _unwrap_affine(ds.operator)
+    info = _root_info(ds)
+    hit = False
+    A = None
+    if info is not None:
+        token, rows, root = info
+        M = _CACHE.get(token, device)
+        hit = M is not None
+        # Build the root's join only when the slice is most of it (a CV fold);
+        # for a small slice its own join is cheaper.
+        if M is None and (rows is None or 2 * rows.shape[0] >= root.n_rows):
+            M = root.materialize()
+            _CACHE.put(token, device, M, _nbytes(M))
+        if M is not None:
+            A = M if rows is None else M[rows]
+    if A is None:
+        A = base.materialize()
+    op: Any = MatrixOperator(A)
+    for scale, offset in reversed(layers):
+        op = AffineOperator(op, scale, offset)
+    return MultiSourceDataset(op, ds.feature_names, ds.source_names), hit
+
+
+# -------------------------------------------------------------------- helpers
+def _estimator_has(attr: str):
+    def check(self):
+        if hasattr(self, "estimator_"):
+            return hasattr(self.estimator_, attr)
+        return hasattr(self.estimator, attr)
+
+    return check
+
+
+_GPU_MODULES = ("cupy", "cupyx", "cupy_backends", "cuml", "rmm")
+
+
+def _resource_failure(exc: BaseException, device: str) -> str | None:
+    """Why ``exc`` is a resource failure (a reason to try another plan), or None.
+
+    Out of memory on any device; on a GPU plan also an unusable GPU (an error of
+    the GPU libraries, or the ``RuntimeError`` that names the GPU probe's reason)
+    and a configuration the GPU kernels do not support (``NotImplementedError``).
+    """
+    if isinstance(exc, MemoryError):
+        return "out of memory"
+    name = type(exc).__name__
+    if "OutOfMemory" in name:
+        return "GPU out of memory"
+    if device != "gpu":
+        return None
+    module = type(exc).__module__.split(".")[0]
+    if module in _GPU_MODULES:
+        return "GPU unusable"
+    if isinstance(exc, NotImplementedError):
+        return "not supported on the GPU"
+    if isinstance(exc, RuntimeError) and "GPU" in str(exc):
+        return "GPU unusable"
+    return None
+
+
+def _on_host(X: Any) -> bool:
+    """Whether ``X`` lives in host memory (NumPy/SciPy)."""
+    if isinstance(X, MultiSourceDataset):
+        return str(getattr(X, "device", "cpu")) == "cpu"
+    return not type(X).__module__.split(".")[0].startswith("cupy")
+
+
+class AutoPlan(MetaEstimatorMixin, BaseEstimator):
+    """Fit an estimator with the plan that a cost model predicts to be fastest.
+
+    A plan is a representation (train on the sources, ``"factorized"``, or on the
+    joined matrix built once, ``"materialized"``) and a device (``"cpu"`` or
+    ``"gpu"``). At ``fit``, AutoPlan computes cheap features of the data (shapes,
+    non-zeros, tuple and feature ratios, join types), of the estimator's parameters
+    (iterations, clusters, rank, classes) and of the hardware, predicts every
+    available plan's time, fits a clone of the estimator with the fastest plan (its
+    ``strategy`` set accordingly) and records what it predicted and chose. All plans
+    give the same model within solver tolerance.
+
+    Parameters
+    ----------
+    estimator : estimator object
+        An ilargi_sklearn estimator with a ``strategy`` parameter
+        (:class:`~ilargi_sklearn.FactorizedLinearRegression`,
+        :class:`~ilargi_sklearn.FactorizedLogisticRegression`,
+        :class:`~ilargi_sklearn.FactorizedKMeans`,
+        :class:`~ilargi_sklearn.FactorizedGNMF`). It is cloned, never fitted.
+    plans : "auto" or list of str, default="auto"
+        Candidate plans: "auto" for all, or names such as ``"factorized"`` (on every
+        allowed device), ``"materialized-cpu"``.
+    cost_model : str or path-like, default="default"
+        ``"default"``: the model of the user's own calibration when there is one
+        (see :func:`~ilargi_sklearn.planner.calibrate`), else the model shipped with
+        the package; ``"analytical"``: the roofline estimates alone; or the path of a
+        model file. Loaded lazily and cached per process, so cloning copies a name.
+    devices : {"auto", "cpu", "gpu"} or list of str, default="auto"
+        Allowed devices. GPU plans are candidates only where the GPU probe says a
+        GPU is usable and the estimator has a ``device`` parameter.
+
+    Attributes
+    ----------
+    estimator_ : estimator
+        The fitted clone.
+    plan_ : str
+        The plan that was fitted, ``"{representation}-{device}"``.
+    predicted_seconds_ : dict of str to float
+        Predicted fit time of every candidate plan.
+    features_ : dict
+        The plan features the prediction was made from.
+    fallback_reason_ : str or None
+        Why the fitted plan differs from the predicted fastest one (a plan that
+        failed for lack of memory, an unusable GPU), else None.
+    fit_seconds_ : float
+        Measured time of the fit of ``plan_`` (materialization included).
+    materialization_cached_ : bool
+        Whether a materialized plan reused a cached joined matrix.
+    n_features_in_ : int
+        Number of features seen during fit.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of the features seen during fit (datasets).
+
+    See Also
+    --------
+    sklearn.model_selection.GridSearchCV : Works with AutoPlan; a grid search over
+        one dataset builds its join at most once.
+    ilargi_sklearn.planner.calibrate : Train the cost model on this machine.
+
+    Notes
+    -----
+    Materialized plans build the joined matrix of the *root* dataset once and keep
+    it in a per-process LRU cache keyed by the root and device; a cross-validation
+    fold takes its rows of it, and the cost model knows whether the join is already
+    cached. Decisions are logged at INFO on the ``ilargi_sklearn.planner`` logger.
+
+    If the chosen plan fails for a resource reason (``MemoryError``, GPU out of
+    memory, GPU unusable), the next fastest plan is fitted and the reason recorded
+    in ``fallback_reason_``; any other error is raised. Only ``strategy`` (and
+    ``device``) differ between plans, so a fallback never changes the model.
+
+    Plain arrays and sparse matrices are already materialized: they are fitted as
+    they are (``plan_="materialized-cpu"``), without a prediction.
+
+    Examples
+    --------
+    >>> from ilargi_sklearn.datasets import make_multi_source
+    >>> from ilargi_sklearn.linear_model import FactorizedLinearRegression
+    >>> from ilargi_sklearn.planner import AutoPlan
+    >>> data = make_multi_source(2000, tuple_ratio=20, random_state=0)
+    >>> auto = AutoPlan(FactorizedLinearRegression(), cost_model="analytical")
+    >>> auto = auto.fit(data.dataset, data.target)
+    >>> auto.plan_ in auto.predicted_seconds_
+    True
+    >>> auto.estimator_.strategy == auto.plan_.split("-")[0]
+    True
+    >>> bool(auto.score(data.dataset, data.target) > 0.9)
+    True
+    """
+
+    _parameter_constraints: dict = {
+        "estimator": [HasMethods(["fit"])],
+        "plans": [StrOptions({"auto"}), list, tuple],
+        "cost_model": [str, os.PathLike],
+        "devices": [StrOptions({"auto", "cpu", "gpu"}), list, tuple],
+    }
+
+    def __init__(
+        self, estimator, *, plans="auto", cost_model="default", devices="auto"
+    ):
+        self.estimator = estimator
+        self.plans = plans
+        self.cost_model = cost_model
+        self.devices = devices
+
+    # --------------------------------------------------------------- plans
+    def _requested(self) -> list[str]:
+        devices = self.devices
+        if isinstance(devices, str):
+            devices = DEVICES if devices == "auto" else (devices,)
+        devices = list(devices)
+        bad = [d for d in devices if d not in DEVICES]
+        if bad or not devices:
+            raise ValueError(
+                f"devices must be 'auto' or a non-empty list of {list(DEVICES)}, got "
+                f"{self.devices!r}."
+            )
+        names = REPRESENTATIONS if self.plans == "auto" else self.plans
+        if isinstance(names, str):
+            names = [names]
+        out: list[str] = []
+        for name in names:
+            if name in REPRESENTATIONS:
+                out += [f"{name}-{d}" for d in devices]
+            elif name in PLANS:
+                out.append(name)
+            else:
+                raise ValueError(
+                    f"unknown plan {name!r}; use 'auto', {list(REPRESENTATIONS)} or "
+                    f"{list(PLANS)}."
+                )
+        return list(dict.fromkeys(out))
+
+    def _available(self, requested: list[str]) -> tuple[list[str], str | None]:
+        """The requested plans that can run here, and why GPU plans were dropped."""
+        gpu = [p for p in requested if split_plan(p)[1] == "gpu"]
+        if not gpu:
+            return requested, None
+        usable, reason = probe_gpu()
+        if usable and "device" not in self.estimator.get_params(deep=False):
+            usable = False
+            reason = f"{type(self.estimator).__name__} has no GPU implementation"
+        if usable:
+            return requested, None
+        cpu = [p for p in requested if split_plan(p)[1] == "cpu"]
+        why = None
+        if not cpu:
+            # Only GPU plans were asked for: run their CPU counterparts, recorded.
+            cpu = list(dict.fromkeys(p.replace("-gpu", "-cpu") for p in gpu))
+            why = f"GPU unusable ({reason}): fitted on the CPU instead"
+        logger.info("GPU plans unavailable: %s", reason)
+        return cpu, why
+
+    # ------------------------------------------------------------------ fit
+    def _fit_plan(self, plan, X, y, method, fit_params):
+        rep, device = split_plan(plan)
+        params = {"strategy": rep}
+        current = self.estimator.get_params(deep=False).get("device")
+        if current is not None:
+            # "auto" computes where the data lives: kept when that is the plan's
+            # device, so that only what the plan needs differs from the user's.
+            if device == "gpu":
+                params["device"] = "gpu"
+            elif current == "gpu" or (current == "auto" and not _on_host(X)):
+                params["device"] = "cpu"
+        est = clone(self.estimator).set_params(**params)
+        t0 = time.perf_counter()
+        data, hit = X, False
+        if rep == "materialized" and isinstance(X, MultiSourceDataset):
+            if get_tags(est).input_tags.positive_only:
+                # The joined matrix skips the dataset's own non-negativity check.
+                from ilargi_sklearn.utils._validation import (
+                    _check_non_negative_operator,
+                )
+
+                _check_non_negative_operator(X.operator, type(est).__name__)
+            data, hit = materialized_dataset(X, device)
+        result = getattr(est, method)(data, y, **fit_params)
+        return est, result, time.perf_counter() - t0, hit
+
+    def _fit(self, X, y, method, fit_params):
+        if "strategy" not in self.estimator.get_params(deep=False):
+            raise TypeError(
+                f"AutoPlan needs an estimator with a 'strategy' parameter (an "
+                f"ilargi_sklearn estimator), got {type(self.estimator).__name__}."
+            )
+        name = type(self.estimator).__name__
+        fallback = []
+        if isinstance(X, MultiSourceDataset):
+            plans, why = self._available(self._requested())
+            if why:
+                fallback.append(why)
+            features = plan_features(X, self.estimator, y)
+            cached = {p: _is_cached(X, split_plan(p)[1]) for p in plans}
+            model = load_cost_model(self.cost_model)
+            predicted = model.predict(features, plans, cached)
+            order = sorted(plans, key=lambda p: (predicted[p], PLANS.index(p)))
+            logger.info(
+                "AutoPlan(%s): predicted %s (%s model); trying %s",
+                name,
+                ", ".join(f"{p} {predicted[p]:.3g} s" for p in order),
+                "learned" if model.is_learned else "roofline",
+                order[0],
+            )
+        else:
+            # An array is already the joined matrix: nothing to choose.
+            order, predicted, features = ["materialized-cpu"], {}, {}
+        last_exc = None
+        for plan in order:
+            try:
+                est, result, seconds, hit = self._fit_plan(
+                    plan, X, y, method, fit_params
+                )
+            except Exception as exc:
+                reason = _resource_failure(exc, split_plan(plan)[1])
+                if reason is None:
+                    raise
+                last_exc = exc
+                fallback.append(
+                    f"{plan} failed ({reason}: {type(exc).__name__}: {exc})"
+                )
+                logger.info(
+                    "AutoPlan(%s): %s; trying the next plan", name, fallback[-1]
+                )
+                continue
+            break
+        else:
+            raise last_exc
+        self.estimator_ = est
+        self.plan_ = plan
+        self.predicted_seconds_ = predicted
+        self.features_ = features
+        self.fallback_reason_ = "; ".join(fallback) if fallback else None
+        self.fit_seconds_ = seconds
+        self.materialization_cached_ = hit
+        if hasattr(est, "n_features_in_"):
+            self.n_features_in_ = est.n_features_in_
+        if isinstance(X, MultiSourceDataset):
+            self.feature_names_in_ = np.asarray(X.feature_names, dtype=object)
+        elif hasattr(est, "feature_names_in_"):
+            self.feature_names_in_ = est.feature_names_in_
+        logger.info(
+            "AutoPlan(%s): fitted %s in %.3g s%s",
+            name,
+            plan,
+            seconds,
+            " (cached join)" if hit else "",
+        )
+        return result
+
+    @_fit_context(prefer_skip_nested_validation=False)
+    def fit(self, X, y=None, **fit_params):
+        """Choose a plan, then fit a clone of the estimator with it.
+
+        Parameters
+        ----------
+        X : {MultiSourceDataset, array-like, sparse matrix} of shape \
+                (n_samples, n_features)
+            Training data.
+        y : array-like of shape (n_samples,), default=None
+            Target, when the estimator takes one.
+        **fit_params : dict
+            Passed to the estimator's ``fit`` (for example ``sample_weight``).
+
+        Returns
+        -------
+        self : AutoPlan
+        """
+        self._fit(X, y, "fit", fit_params)
+        return self
+
+    @available_if(_estimator_has("fit_transform"))
+    @_fit_context(prefer_skip_nested_validation=False)
+    def fit_transform(self, X, y=None, **fit_params):
+        """Choose a plan, fit with it and return the estimator's ``fit_transform``.
+
+        Parameters
+        ----------
+        X : {MultiSourceDataset, array-like, sparse matrix}
+        y : array-like, default=None
+        **fit_params : dict
+
+        Returns
+        -------
+        X_new : ndarray
+        """
+        return self._fit(X, y, "fit_transform", fit_params)
+
+    @available_if(_estimator_has("fit_predict"))
+    @_fit_context(prefer_skip_nested_validation=False)
+    def fit_predict(self, X, y=None, **fit_params):
+        """Choose a plan, fit with it and return the estimator's ``fit_predict``.
+
+        Parameters
+        ----------
+        X : {MultiSourceDataset, array-like, sparse matrix}
+        y : array-like, default=None
+        **fit_params : dict
+
+        Returns
+        -------
+        labels : ndarray
+        """
+        return self._fit(X, y, "fit_predict", fit_params)
+
+    # ------------------------------------------------------------ delegation
+    @available_if(_estimator_has("predict"))
+    def predict(self, X, **params):
+        """The fitted estimator's ``predict``."""
+        check_is_fitted(self)
+        return self.estimator_.predict(X, **params)
+
+    @available_if(_estimator_has("predict_proba"))
+    def predict_proba(self, X, **params):
+        """The fitted estimator's ``predict_proba``."""
+        check_is_fitted(self)
+        return self.estimator_.predict_proba(X, **params)
+
+    @available_if(_estimator_has("predict_log_proba"))
+    def predict_log_proba(self, X, **params):
+        """The fitted estimator's ``predict_log_proba``."""
+        check_is_fitted(self)
+        return self.estimator_.predict_log_proba(X, **params)
+
+    @available_if(_estimator_has("decision_function"))
+    def decision_function(self, X, **params):
+        """The fitted estimator's ``decision_function``."""
+        check_is_fitted(self)
+        return self.estimator_.decision_function(X, **params)
+
+    @available_if(_estimator_has("transform"))
+    def transform(self, X, **params):
+        """The fitted estimator's ``transform``."""
+        check_is_fitted(self)
+        return self.estimator_.transform(X, **params)
+
+    @available_if(_estimator_has("inverse_transform"))
+    def inverse_transform(self, X, **params):
+        """The fitted estimator's ``inverse_transform``."""
+        check_is_fitted(self)
+        return self.estimator_.inverse_transform(X, **params)
+
+    @available_if(_estimator_has("score"))
+    def score(self, X, y=None, **params):
+        """The fitted estimator's ``score``."""
+        check_is_fitted(self)
+        return self.estimator_.score(X, y, **params)
+
+    @property
+    def classes_(self):
+        """Class labels of the fitted classifier."""
+        return self.estimator_.classes_
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        sub = get_tags(self.estimator)
+        tags.estimator_type = sub.estimator_type
+        tags.classifier_tags = sub.classifier_tags
+        tags.regressor_tags = sub.regressor_tags
+        tags.transformer_tags = sub.transformer_tags
+        tags.target_tags = sub.target_tags
+        tags.input_tags = sub.input_tags
+        return tags

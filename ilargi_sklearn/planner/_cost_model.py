@@ -1,0 +1,448 @@
+"""The learned cost model: CatBoost over plan features, with a roofline fallback.
+
+The model predicts, for one plan, ``log10(measured seconds / roofline seconds)``:
+the roofline estimate of :func:`plan_costs` carries the scaling with data size
+(trees cannot extrapolate beyond their training range), the trees learn how far
+each kind of operation is from its roofline on this machine. The predicted time of
+a plan is the roofline time times ``10 ** prediction``.
+
+CatBoost is an optional dependency (``pip install 'ilargi-sklearn[planner]'``),
+imported only when a model is loaded or trained. A missing or unreadable model, or
+a missing CatBoost, gives one warning per model path and the roofline estimates
+alone: a fit never fails because of the cost model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+import warnings
+from collections.abc import Iterable, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ilargi_sklearn.planner._features import (
+    COMPONENTS,
+    model_inputs,
+    plan_costs,
+    split_plan,
+    unit_costs,
+    with_iterations,
+)
+from ilargi_sklearn.planner._hardware import cache_dir
+
+__all__ = [
+    "CostModel",
+    "default_model_path",
+    "fit_efficiency",
+    "load_cost_model",
+    "read_records",
+    "shipped_model_path",
+    "train_cost_model",
+    "training_table",
+]
+
+logger = logging.getLogger(__name__)
+
+#: What the model predicts; a model with another target is not used.
+TARGET = "log10_seconds_over_calibrated_roofline_v2"
+_MODEL_FILE = "cost_model.cbm"
+
+_lock = threading.Lock()
+_loaded: dict[tuple[str, int, int], CostModel] = {}
+_warned: set[str] = set()
+
+
+def shipped_model_path() -> Path:
+    """The default model shipped with the package (trained by its developers)."""
+    return Path(str(resources.files("ilargi_sklearn.planner") / "data" / _MODEL_FILE))
+
+
+def default_model_path() -> Path:
+    """The model ``cost_model="default"`` uses.
+
+    The model of the user's own calibration (``cost_model.cbm`` in the cache
+    directory, see :func:`~ilargi_sklearn.planner.calibrate`) when there is one,
+    else the shipped model.
+    """
+    user = cache_dir() / _MODEL_FILE
+    return user if user.is_file() else shipped_model_path()
+
+
+def _warn_once(key: str, message: str) -> None:
+    with _lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(message, UserWarning, stacklevel=3)
+
+
+class CostModel:
+    """Predicts each plan's fit time.
+
+    Parameters
+    ----------
+    booster : catboost.CatBoostRegressor or None
+        The trained model; None predicts with the roofline model alone.
+    source : str
+        Where the model came from (a path, or ``"analytical"``).
+    gpu_trained : bool
+        Whether the training data held GPU timings (else GPU plans use the roofline).
+    efficiency : dict of str to float, optional
+        Per cost component, the measured slow-down against the hardware rates
+        (CPU plans; see :func:`fit_efficiency`).
+    """
+
+    def __init__(
+        self,
+        booster: Any = None,
+        source: str = "analytical",
+        gpu_trained: bool = False,
+        efficiency: dict[str, float] | None = None,
+    ) -> None:
+        self.booster = booster
+        self.source = source
+        self.gpu_trained = gpu_trained
+        self.efficiency = dict(efficiency or {})
+
+    @property
+    def is_learned(self) -> bool:
+        return self.booster is not None
+
+    def predict(
+        self,
+        features: dict[str, Any],
+        plans: Sequence[str],
+        cached: dict[str, bool] | None = None,
+    ) -> dict[str, float]:
+        """Predicted seconds of each plan.
+
+        Parameters
+        ----------
+        features : dict
+            Output of :func:`plan_features`.
+        plans : list of str
+            Plans to predict.
+        cached : dict of str to bool, optional
+            Whether each (materialized) plan's joined matrix is cached.
+
+        Returns
+        -------
+        seconds : dict of str to float
+        """
+        cached = cached or {}
+        out: dict[str, float] = {}
+        rows, learned = [], []
+        for plan in plans:
+            c = bool(cached.get(plan, False))
+            _, device = split_plan(plan)
+            learn = self.booster is not None and (device == "cpu" or self.gpu_trained)
+            eff = self.efficiency if learn else None
+            out[plan] = float(
+                plan_costs(features, plan, cached=c, efficiency=eff)["seconds"]
+            )
+            if learn:
+                rows.append(model_inputs(features, plan, cached=c, efficiency=eff))
+                learned.append(plan)
+        if rows:
+            names = list(self.booster.feature_names_)
+            X = np.array([[r.get(n, np.nan) for n in names] for r in rows], dtype=float)
+            try:
+                residual = np.asarray(self.booster.predict(X, thread_count=1), float)
+            except Exception as exc:  # noqa: BLE001 - never fail a fit
+                _warn_once(
+                    f"predict:{self.source}",
+                    f"cost model {self.source!r} could not predict "
+                    f"({type(exc).__name__}: {exc}); using the roofline estimates.",
+                )
+                return out
+            for plan, r in zip(learned, residual):
+                out[plan] = out[plan] * 10.0 ** float(np.clip(r, -6, 6))
+        return out
+
+
+def _resolve(cost_model: Any) -> Path | None:
+    if isinstance(cost_model, CostModel):
+        raise TypeError("pass a model path or name, not a CostModel object.")
+    if isinstance(cost_model, str) and cost_model == "default":
+        return default_model_path()
+    if isinstance(cost_model, str) and cost_model in ("analytical", "roofline"):
+        return None
+    if isinstance(cost_model, (str, os.PathLike)):
+        return Path(cost_model).expanduser()
+    raise TypeError(
+        "cost_model must be 'default', 'analytical' or a path to a model file, got "
+        f"{type(cost_model).__name__}."
+    )
+
+
+def load_cost_model(cost_model: Any = "default") -> CostModel:
+    """Load (once per process and file version) the cost model named ``cost_model``.
+
+    Parameters
+    ----------
+    cost_model : str or path-like, default="default"
+        ``"default"`` (see :func:`default_model_path`), ``"analytical"`` (the
+        roofline model alone), or the path of a model trained by
+        :func:`train_cost_model`.
+
+    Returns
+    -------
+    CostModel
+        Falls back to the roofline model, with one warning per path, when the file
+        is missing or unreadable or CatBoost is not installed.
+    """
+    path = _resolve(cost_model)
+    if path is None:
+        return CostModel()
+    key = str(path.resolve()) if path.exists() else str(path)
+    try:
+        st = path.stat()
+    except OSError:
+        _warn_once(
+            key,
+            f"cost model file {str(path)!r} does not exist; plans are chosen with the "
+            "analytical (roofline) model. Run ilargi_sklearn.planner.calibrate() to "
+            "train one.",
+        )
+        return CostModel()
+    cache_key = (key, st.st_mtime_ns, st.st_size)
+    with _lock:
+        model = _loaded.get(cache_key)
+    if model is not None:
+        return model
+    try:
+        from catboost import CatBoostRegressor
+    except ImportError:
+        _warn_once(
+            "catboost",
+            "CatBoost is not installed (pip install 'ilargi-sklearn[planner]'); plans "
+            "are chosen with the analytical (roofline) model.",
+        )
+        return CostModel()
+    try:
+        booster = CatBoostRegressor()
+        booster.load_model(str(path))
+        meta = dict(booster.get_metadata())
+        if meta.get("ilargi_target") != TARGET:
+            raise ValueError(
+                f"model target {meta.get('ilargi_target')!r}, expected {TARGET!r}"
+            )
+        gpu_trained = int(meta.get("ilargi_gpu_records", "0")) > 0
+        efficiency = {
+            k: float(v)
+            for k, v in json.loads(meta.get("ilargi_efficiency", "{}")).items()
+        }
+    except Exception as exc:  # noqa: BLE001 - any unreadable file falls back
+        _warn_once(
+            key,
+            f"cost model file {str(path)!r} could not be loaded ({type(exc).__name__}: "
+            f"{exc}); plans are chosen with the analytical (roofline) model.",
+        )
+        return CostModel()
+    model = CostModel(booster, str(path), gpu_trained, efficiency)
+    with _lock:
+        _loaded[cache_key] = model
+    logger.info("loaded cost model %s", path)
+    return model
+
+
+# ------------------------------------------------------------------- training
+def read_records(paths: Any) -> list[dict[str, Any]]:
+    """Read timing records from JSON-lines files, skipping unreadable lines.
+
+    Parameters
+    ----------
+    paths : path-like or list of path-like
+        Files written by :func:`~ilargi_sklearn.planner.calibrate` or by the GPU
+        check script (one JSON object per line).
+
+    Returns
+    -------
+    records : list of dict
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    records = []
+    for p in paths:
+        p = Path(p)
+        if not p.is_file():
+            continue
+        with open(p) as fh:
+            for line in fh:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue  # a line cut by an interruption
+                if isinstance(rec, dict) and "features" in rec and "plan" in rec:
+                    records.append(rec)
+    return records
+
+
+def _usable(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for rec in records:
+        seconds = float(rec.get("seconds", float("nan")))
+        if seconds > 0 and math.isfinite(seconds):
+            out.append(rec)
+    return out
+
+
+def fit_efficiency(
+    records: Iterable[dict[str, Any]], *, prior: float = 1.0
+) -> dict[str, float]:
+    """Fit each cost component's slow-down against its hardware rate.
+
+    Least squares on relative errors, ``sum_i (sum_j e_j a_ij / t_i - 1)^2`` with
+    ``a_ij`` the roofline seconds of component ``j`` in record ``i`` and ``t_i`` the
+    measured seconds, plus ``prior * sum_j (e_j - 1)^2`` so that a component the
+    records hardly exercise keeps its roofline rate; ``e_j`` bounded to
+    [0.02, 100]. CPU records only.
+
+    Parameters
+    ----------
+    records : iterable of dict
+        Timing records.
+    prior : float, default=1.0
+
+    Returns
+    -------
+    efficiency : dict of str to float
+    """
+    from scipy.optimize import lsq_linear
+
+    rows, t = [], []
+    for rec in _usable(records):
+        rep, device = split_plan(rec["plan"])
+        if device != "cpu":
+            continue
+        f = with_iterations(rec["features"], rec.get("n_iter"))
+        costs = plan_costs(f, rec["plan"], cached=bool(rec.get("cached", False)))
+        unit = unit_costs(f, device)
+        rows.append([costs[k] * unit[k] for k in COMPONENTS])
+        t.append(float(rec["seconds"]))
+    if not rows:
+        return dict.fromkeys(COMPONENTS, 1.0)
+    A = np.asarray(rows) / np.asarray(t)[:, None]
+    k = len(COMPONENTS)
+    A = np.vstack([A, math.sqrt(prior) * np.eye(k)])
+    b = np.concatenate([np.ones(len(t)), math.sqrt(prior) * np.ones(k)])
+    res = lsq_linear(A, b, bounds=(0.02, 100.0))
+    return {name: float(v) for name, v in zip(COMPONENTS, res.x)}
+
+
+def training_table(
+    records: Iterable[dict[str, Any]], efficiency: dict[str, float] | None = None
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Model inputs and targets of timing records.
+
+    Parameters
+    ----------
+    records : iterable of dict
+    efficiency : dict, optional
+        Component slow-downs of CPU plans (see :func:`fit_efficiency`).
+
+    Returns
+    -------
+    names : list of str
+        Input names.
+    X : ndarray of shape (n_records, n_inputs)
+    y : ndarray of shape (n_records,)
+        ``log10(seconds / calibrated roofline seconds)``.
+    """
+    names: list[str] | None = None
+    X, y = [], []
+    for rec in _usable(records):
+        features = with_iterations(rec["features"], rec.get("n_iter"))
+        cached = bool(rec.get("cached", False))
+        eff = efficiency if split_plan(rec["plan"])[1] == "cpu" else None
+        x = model_inputs(features, rec["plan"], cached=cached, efficiency=eff)
+        if names is None:
+            names = list(x)
+        X.append([x[n] for n in names])
+        roof = plan_costs(features, rec["plan"], cached=cached, efficiency=eff)
+        y.append(math.log10(float(rec["seconds"])) - math.log10(roof["seconds"]))
+    if names is None:
+        raise ValueError("no usable timing records (seconds > 0) to train on.")
+    return names, np.asarray(X, dtype=float), np.asarray(y, dtype=float)
+
+
+def train_cost_model(
+    records_paths: Any,
+    model_path: Any = None,
+    *,
+    records: Iterable[dict[str, Any]] | None = None,
+    iterations: int = 300,
+    depth: int = 6,
+    learning_rate: float = 0.08,
+    random_state: int = 0,
+    thread_count: int = -1,
+) -> Path:
+    """Train the cost model on timing records and save it.
+
+    Parameters
+    ----------
+    records_paths : path-like or list of path-like
+        JSON-lines files of timing records (calibration runs, ``gpu_check.py``).
+    model_path : path-like, optional
+        Where to save the model; default ``cost_model.cbm`` in the user cache
+        directory (which ``cost_model="default"`` then uses).
+    records : iterable of dict, optional
+        Records to use instead of reading ``records_paths`` (for example a subset
+        that leaves a dataset out).
+    iterations, depth, learning_rate : CatBoost parameters
+    random_state : int, default=0
+    thread_count : int, default=-1
+
+    Returns
+    -------
+    path : pathlib.Path
+        The saved model.
+    """
+    from catboost import CatBoostRegressor, Pool
+
+    if records is None:
+        records = read_records(records_paths)
+    records = _usable(records)
+    efficiency = fit_efficiency(records)
+    names, X, y = training_table(records, efficiency)
+    model = CatBoostRegressor(
+        iterations=iterations,
+        depth=depth,
+        learning_rate=learning_rate,
+        loss_function="RMSE",
+        random_seed=random_state,
+        thread_count=thread_count,
+        verbose=0,
+        allow_writing_files=False,
+    )
+    model.fit(Pool(X, y, feature_names=names))
+    meta = model.get_metadata()
+    meta["ilargi_target"] = TARGET
+    meta["ilargi_records"] = str(len(y))
+    meta["ilargi_efficiency"] = json.dumps(efficiency, sort_keys=True)
+    meta["ilargi_gpu_records"] = str(
+        sum(1 for r in records if str(r.get("plan", "")).endswith("-gpu"))
+    )
+    path = Path(model_path) if model_path is not None else cache_dir() / _MODEL_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    model.save_model(str(tmp))
+    os.replace(tmp, path)
+    residual = model.predict(X) - y
+    logger.info(
+        "trained cost model on %d records (train RMSE %.3f in log10 seconds) -> %s",
+        len(y),
+        float(np.sqrt(np.mean(residual**2))),
+        path,
+    )
+    return path

@@ -1,0 +1,701 @@
+"""Plan features: data, data x algorithm and hardware figures of one fit.
+
+Everything here is cheap: it reads the shapes and non-zero counts of the sources and
+makes one pass over each index vector (``O(n_rows)`` per term, like
+:meth:`MultiSourceDataset.describe`); the joined matrix is never built.
+
+The features are split in two so that stored calibration records stay useful when
+the cost formulas change:
+
+* :func:`plan_features` gives the *raw* figures of one fit (a flat dict of numbers
+  and a few strings) that calibration records store;
+* :func:`plan_costs` derives, from raw figures alone, each plan's FLOPs, bytes moved
+  and a roofline estimate of its time (DESIGN.md 3 and 5), and
+  :func:`model_inputs` the vector the learned model reads.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = [
+    "COMPONENTS",
+    "DEVICES",
+    "ESTIMATOR_KINDS",
+    "PLANS",
+    "REPRESENTATIONS",
+    "algorithm_features",
+    "data_features",
+    "estimator_kind",
+    "model_inputs",
+    "plan_costs",
+    "plan_features",
+    "split_plan",
+    "unit_costs",
+    "with_iterations",
+]
+
+REPRESENTATIONS = ("factorized", "materialized")
+DEVICES = ("cpu", "gpu")
+#: Every plan, as ``"{representation}-{device}"``.
+PLANS = tuple(f"{r}-{d}" for d in DEVICES for r in REPRESENTATIONS)
+ESTIMATOR_KINDS = ("linear", "logistic", "kmeans", "gnmf", "other")
+
+# Python-level overhead of one operator call (one product, one gather), seconds.
+_CALL_OVERHEAD = 2e-5
+# GPU kernel launch and synchronization overhead per operator call, seconds.
+_GPU_CALL_OVERHEAD = 5e-5
+# Sparse kernels reach a small fraction of the GEMM rate; their time is modelled by
+# the bytes they move, with this many extra bytes per multiply-add for the
+# irregular access (index reads, cache misses on the dense operand).
+_SPARSE_BYTES_PER_FLOP = 4.0
+# Bytes moved per joined non-zero to build a CSR joined matrix: the indicator
+# product, the COO triplets, their concatenation and the COO -> CSR sort.
+_CSR_BUILD_BYTES_PER_NNZ = 96.0
+# Host-to-GPU transfer rate (PCIe 4/5 x16, pinned memory), bytes per second.
+_HOST_LINK_BYTES_PER_S = 20e9
+# Above this many features, sparse least squares use LSQR (the estimator's rule).
+_MAX_DENSE_GRAM_FEATURES = 5000
+
+
+def split_plan(plan: str) -> tuple[str, str]:
+    """``"factorized-cpu"`` -> ``("factorized", "cpu")``, with a clear error."""
+    rep, _, device = str(plan).partition("-")
+    if rep not in REPRESENTATIONS or device not in DEVICES:
+        raise ValueError(f"unknown plan {plan!r}; plans are {list(PLANS)}.")
+    return rep, device
+
+
+# ---------------------------------------------------------------------------- data
+def _unwrap(op: Any) -> tuple[Any, bool, bool]:
+    """The operator under implicit scaling/centering, and whether there was any."""
+    from ilargi_sklearn.dataset import AffineOperator
+
+    scaled = centered = False
+    while isinstance(op, AffineOperator):
+        scaled = True
+        centered = centered or op.has_offset
+        op = op.base
+    return op, scaled, centered
+
+
+def _nnz(S: Any) -> int:
+    return int(S.nnz) if sp.issparse(S) else int(np.count_nonzero(S))
+
+
+def data_features(X: Any) -> dict[str, Any]:
+    """Raw data figures of a dataset (or operator, or matrix), never materializing.
+
+    Parameters
+    ----------
+    X : {MultiSourceDataset, Operator, ndarray, sparse matrix}
+        The training data.
+
+    Returns
+    -------
+    features : dict
+        Shapes, non-zeros and bytes of the sources and of the joined matrix, tuple
+        and feature ratios, selectivity, sparsity, unmatched fraction, join-type
+        flags, the FLOPs and bytes of the gram in both representations (which need
+        per-term detail) and the size of the root dataset for the materialization
+        cache.
+    """
+    from ilargi_sklearn.dataset import FactorizedMatrix, MatrixOperator
+    from ilargi_sklearn.dataset._multi_source import MultiSourceDataset, as_operator
+
+    on_gpu = False
+    if isinstance(X, MultiSourceDataset) and str(getattr(X, "device", "cpu")) != "cpu":
+        # Counted on the host copy (kept by the dataset after its move).
+        on_gpu = True
+        X = X.to_device("cpu")
+    op, scaled, centered = _unwrap(as_operator(X))
+    n_rows, n_cols = (int(v) for v in op.shape)
+    itemsize = int(np.dtype(op.dtype).itemsize)
+    if isinstance(op, FactorizedMatrix):
+        terms = [(t.S, t.rows, t.source) for t in op.terms]
+    elif isinstance(op, MatrixOperator):
+        terms = [(op.A, None, 0)]
+    else:  # pragma: no cover - an operator of unknown structure
+        raise TypeError(f"cannot compute plan features of {type(op).__name__}.")
+
+    nnz_cache: dict[int, int] = {}
+    rows_t, cols_t, nnz_t, sparse_t, matched_t, ident_t = [], [], [], [], [], []
+    groups: set[int] = set()
+    nnz_T = 0
+    for S, rows, _ in terms:
+        key = id(S)
+        if key not in nnz_cache:
+            nnz_cache[key] = _nnz(S)
+        r, c = int(S.shape[0]), int(S.shape[1])
+        rows_t.append(r)
+        cols_t.append(c)
+        nnz_t.append(nnz_cache[key])
+        sparse_t.append(bool(sp.issparse(S)))
+        identity = rows is None or rows.is_identity
+        ident_t.append(identity)
+        if identity:
+            matched_t.append(n_rows)
+            nnz_T += nnz_cache[key]
+        else:
+            groups.add(id(rows))
+            idx = rows.idx
+            matched = idx >= 0
+            matched_t.append(int(matched.sum()))
+            if r:
+                row_nnz = (
+                    np.diff(S.indptr) if sp.issparse(S) else np.count_nonzero(S, axis=1)
+                )
+                nnz_T += int(row_nnz[idx[matched]].sum())
+    rows_a = np.asarray(rows_t, dtype=float)
+    cols_a = np.asarray(cols_t, dtype=float)
+    nnz_a = np.asarray(nnz_t, dtype=float)
+    sparse_a = np.asarray(sparse_t, dtype=bool)
+    ident_a = np.asarray(ident_t, dtype=bool)
+    matched_a = np.asarray(matched_t, dtype=float)
+    dims = ~ident_a
+
+    base_cols = float(cols_a[ident_a].sum())
+    dim_cols = float(cols_a[dims].sum())
+    dim_rows = float(rows_a[dims].sum())
+    distinct = {id(S): S for S, _, _ in terms}
+    sum_source_rows = float(sum(S.shape[0] for S in distinct.values()))
+    nnz_src = float(sum(nnz_cache[k] for k in distinct))
+    bytes_src = float(
+        sum(
+            nnz_cache[k] * (itemsize + 4) + 8 * (S.shape[0] + 1)
+            if sp.issparse(S)
+            else S.size * itemsize
+            for k, S in distinct.items()
+        )
+    )
+    joined_sparse = bool(sparse_a.any())
+    bytes_T = (
+        nnz_T * (itemsize + 4) + 8 * (n_rows + 1)
+        if joined_sparse
+        else n_rows * n_cols * itemsize
+    )
+    ratios = n_rows / np.maximum(rows_a[dims], 1.0) if dims.any() else np.ones(1)
+
+    # Gram FLOPs and bytes (linear regression's normal equations), per term pair.
+    gram_flops_f = gram_bytes_f = 0.0
+    for i in range(len(terms)):
+        r, c, z = rows_a[i], cols_a[i], nnz_a[i]
+        if sparse_a[i]:
+            gram_flops_f += 2.0 * z * (z / max(r, 1.0))
+            gram_bytes_f += 3.0 * z * (itemsize + 4)
+        else:
+            gram_flops_f += r * c * c
+            gram_bytes_f += r * c * itemsize
+        for j in range(i + 1, len(terms)):
+            nnz_c = min(matched_a[i], matched_a[j])
+            ca, cb, rb = cols_a[i], cols_a[j], rows_a[j]
+            dens_a = nnz_a[i] / max(rows_a[i] * ca, 1.0)
+            dens_b = nnz_a[j] / max(rb * cb, 1.0)
+            gram_flops_f += 2.0 * (nnz_c * ca * dens_a + rb * ca * cb * dens_b)
+            gram_bytes_f += 24.0 * n_rows + 8.0 * ca * cb
+    gram_bytes_f += 8.0 * n_cols * n_cols * len(terms)
+    if joined_sparse:
+        gram_flops_m = 2.0 * nnz_T * (nnz_T / max(n_rows, 1))
+        gram_bytes_m = 3.0 * nnz_T * (itemsize + 4) + 8.0 * n_cols * n_cols
+    else:
+        gram_flops_m = float(n_rows) * n_cols * n_cols
+        gram_bytes_m = float(n_rows) * n_cols * itemsize + 8.0 * n_cols * n_cols
+
+    # A row slice of a larger dataset (cross-validation): the materialized plan
+    # builds the root's joined matrix once for all slices.
+    root_rows = n_rows
+    root_op = getattr(X, "_root_operator", None)
+    if root_op is not None and getattr(X, "_root_rows", None) is not None:
+        root_rows = max(int(root_op.shape[0]), n_rows)
+
+    cells = max(float(n_rows) * n_cols, 1.0)
+    cells_src = max(float((rows_a * cols_a).sum()), 1.0)
+    return {
+        "n_rows": n_rows,
+        "n_features": n_cols,
+        "n_terms": len(terms),
+        "n_sources": len(distinct),
+        "n_row_groups": len(groups),
+        "has_base": bool(ident_a.any()),
+        "itemsize": itemsize,
+        "base_columns": base_cols,
+        "dim_columns": dim_cols,
+        "dim_rows": dim_rows,
+        "source_rows": sum_source_rows,
+        "nnz_sources": nnz_src,
+        "nnz_terms": float(nnz_a.sum()),
+        "nnz_terms_dense": float(nnz_a[~sparse_a].sum()),
+        "nnz_terms_sparse": float(nnz_a[sparse_a].sum()),
+        "cells_terms_dense": float((rows_a * cols_a)[~sparse_a].sum()),
+        "nnz_joined": float(nnz_T),
+        "bytes_sources": bytes_src,
+        "bytes_joined": float(bytes_T),
+        "joined_sparse": joined_sparse,
+        "sparse_fraction": float(sparse_a.mean()),
+        "tuple_ratio": float(n_rows / max(dim_rows, 1.0)) if dims.any() else 1.0,
+        "tuple_ratio_max": float(ratios.max()),
+        "tuple_ratio_min": float(ratios.min()),
+        "feature_ratio": dim_cols / max(base_cols, 1.0),
+        "selectivity": sum_source_rows / max(n_rows, 1),
+        "sparsity_joined": 1.0 - nnz_T / cells,
+        "sparsity_sources": 1.0 - float(nnz_a.sum()) / cells_src,
+        "nnz_ratio": nnz_T / max(float(nnz_a.sum()), 1.0),
+        "unmatched": float(1.0 - (matched_a[dims] / max(n_rows, 1)).mean())
+        if dims.any()
+        else 0.0,
+        "many_to_many": bool(not ident_a.any()),
+        "scaled": scaled,
+        "centered": centered,
+        "gram_flops_factorized": gram_flops_f,
+        "gram_bytes_factorized": gram_bytes_f,
+        "gram_flops_materialized": gram_flops_m,
+        "gram_bytes_materialized": gram_bytes_m,
+        "root_fraction": n_rows / max(root_rows, 1),
+        "on_gpu": on_gpu,
+    }
+
+
+# ----------------------------------------------------------------------- algorithm
+def estimator_kind(estimator: Any) -> str:
+    """``"linear"``, ``"logistic"``, ``"kmeans"``, ``"gnmf"`` or ``"other"``."""
+    from ilargi_sklearn.cluster import FactorizedKMeans
+    from ilargi_sklearn.decomposition import FactorizedGNMF
+    from ilargi_sklearn.linear_model import (
+        FactorizedLinearRegression,
+        FactorizedLogisticRegression,
+    )
+
+    for cls, kind in (
+        (FactorizedLinearRegression, "linear"),
+        (FactorizedLogisticRegression, "logistic"),
+        (FactorizedKMeans, "kmeans"),
+        (FactorizedGNMF, "gnmf"),
+    ):
+        if isinstance(estimator, cls):
+            return kind
+    return "other"
+
+
+def _n_classes(y: Any) -> int:
+    if y is None:
+        return 2
+    y = np.asarray(y)
+    if y.ndim != 1 or y.shape[0] == 0:
+        return 2
+    return max(int(np.unique(y).shape[0]), 2)
+
+
+def _int_param(params: dict[str, Any], name: str, default: int) -> int:
+    v = params.get(name, default)
+    return int(v) if isinstance(v, numbers.Integral) else default
+
+
+def algorithm_features(
+    estimator: Any, data: dict[str, Any], y: Any = None
+) -> dict[str, Any]:
+    """Work of one fit of ``estimator`` on data with figures ``data``.
+
+    The work is counted in operator calls that both representations share: passes
+    (one ``matmul`` and one ``rmatmul`` with ``m`` right-hand-side columns),
+    extra ``matmul`` calls (k-means++), a gram (normal equations), and dense work on
+    small matrices and element-wise work that does not depend on the plan.
+
+    Iteration counts are the fixed counts of the paper solvers and ``max_iter`` for
+    the iterative ones (an upper bound: both plans run the same iterations, so the
+    choice depends mostly on the work per iteration); LSQR's count is guessed from
+    its tolerance.
+
+    Parameters
+    ----------
+    estimator : estimator
+        The (unfitted) estimator, read through ``get_params``.
+    data : dict
+        Output of :func:`data_features`.
+    y : array-like, optional
+        Target (the number of classes of a classifier).
+
+    Returns
+    -------
+    features : dict
+        ``estimator`` (kind), ``solver``, ``m`` (right-hand-side columns),
+        ``iterations``, ``passes``, ``matmuls``, ``matmul_m``, ``grams``,
+        ``common_flops``, ``common_bytes``, ``row_norms``.
+    """
+    kind = estimator_kind(estimator)
+    params = estimator.get_params(deep=False)
+    n, d = data["n_rows"], data["n_features"]
+    out = {
+        "estimator": kind,
+        "solver": "other",
+        "m": 1,
+        "iterations": 1,
+        "passes": 1.0,
+        "matmuls": 0.0,
+        "matmul_m": 1,
+        "grams": 0,
+        "common_flops": 0.0,
+        "common_bytes": 0.0,
+        "row_norms": 0,
+    }
+    if kind == "linear":
+        n_targets = 1 if y is None or np.ndim(y) < 2 else int(np.shape(y)[1])
+        out["m"] = n_targets
+        solver = params.get("solver", "normal")
+        if solver == "gd":
+            it = _int_param(params, "max_iter", 20)
+            out.update(solver="gd", iterations=it, passes=it + 11.0)
+        elif data["joined_sparse"] and d > _MAX_DENSE_GRAM_FEATURES:
+            tol = params.get("tol") or 1e-12
+            it = int(min(2 * d, 25 * max(math.log10(1.0 / tol), 1.0)))
+            out.update(solver="lsqr", iterations=it, passes=it + 1.0)
+        else:
+            # Gram, one right-hand side, about two refinement steps, a dense solve.
+            out.update(solver="normal", iterations=1, passes=3.0, grams=1)
+            out["common_flops"] = 2.0 * d**3
+    elif kind == "logistic":
+        k = _n_classes(y)
+        m = 1 if k == 2 else k
+        it = _int_param(params, "max_iter", 100)
+        solver = params.get("solver", "lbfgs")
+        # L-BFGS: about 1.1 function evaluations per iteration, plus the first.
+        passes = it + 11.0 if solver == "gd" else 1.1 * it + 1.0
+        out.update(solver=solver, m=m, iterations=it, passes=passes)
+        out["common_bytes"] = 40.0 * n * m * passes
+    elif kind == "kmeans":
+        k = _int_param(params, "n_clusters", 8)
+        init = params.get("init", "k-means++")
+        n_init = params.get("n_init", "auto")
+        if n_init == "auto":
+            n_init = 10 if isinstance(init, str) and init == "random" else 1
+        n_init = int(n_init) if isinstance(n_init, numbers.Integral) else 1
+        it = _int_param(params, "max_iter", 300)
+        out.update(solver="lloyd", m=k, iterations=it, passes=float(n_init * it))
+        if isinstance(init, str) and init == "k-means++":
+            trials = 2 + int(math.log(max(k, 1)))
+            out.update(matmuls=float(n_init * k), matmul_m=trials)
+            out["common_bytes"] = 24.0 * n * trials * k * n_init
+        out["common_bytes"] += 48.0 * n * k * n_init * it
+        out["row_norms"] = 1
+    elif kind == "gnmf":
+        r = params.get("n_components")
+        r = d if not isinstance(r, numbers.Integral) else int(r)
+        it = _int_param(params, "max_iter", 200)
+        init = params.get("init")
+        passes = float(it)
+        common = 8.0 * n * r * r * it + 4.0 * d * r * r * it
+        if init != "random" and init != "custom":
+            # Randomized SVD of nndsvd*: power iterations with r + 10 columns.
+            q = r + 10
+            n_svd = 7 if r < 0.1 * min(n, d) else 4
+            passes += (n_svd + 1) * q / max(r, 1)
+            common += 4.0 * n * q * q * (n_svd + 1)
+        out.update(solver="mu", m=r, iterations=it, passes=passes)
+        out["common_flops"] = common
+        out["common_bytes"] = 40.0 * n * r * it
+    else:
+        it = _int_param(params, "max_iter", 10)
+        out.update(iterations=it, passes=float(it))
+    return out
+
+
+# Operator passes per solver iteration (L-BFGS: about 1.1 function evaluations).
+_PASSES_PER_ITERATION = {"lsqr": 1.0, "gd": 1.0, "lbfgs": 1.1, "lloyd": 1.0, "mu": 1.0}
+
+
+def with_iterations(features: dict[str, Any], n_iter: Any) -> dict[str, Any]:
+    """``features`` with the iteration count that a fit actually ran.
+
+    Calibration records store the ``n_iter_`` of the timed fit; the model learns the
+    cost per iteration from it, while predictions use the guess of
+    :func:`algorithm_features`.
+    """
+    solver = features.get("solver")
+    if n_iter is None or solver not in _PASSES_PER_ITERATION:
+        return features
+    n_iter = int(n_iter)
+    it = int(features["iterations"])
+    if n_iter <= 0 or n_iter == it:
+        return features
+    f = dict(features)
+    per = _PASSES_PER_ITERATION[solver]
+    f["passes"] = max(float(f["passes"]) + per * (n_iter - it), 1.0)
+    f["iterations"] = n_iter
+    if solver in ("lbfgs", "lloyd", "mu"):
+        scale = n_iter / max(it, 1)
+        f["common_bytes"] = float(f["common_bytes"]) * scale
+        if solver == "mu":
+            f["common_flops"] = float(f["common_flops"]) * scale
+    return f
+
+
+def plan_features(
+    X: Any, estimator: Any, y: Any = None, *, hardware: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Raw plan features of fitting ``estimator`` on ``X`` (data, algorithm, hardware).
+
+    Parameters
+    ----------
+    X : {MultiSourceDataset, ndarray, sparse matrix}
+        Training data.
+    estimator : estimator
+        The estimator to fit (its parameters are read, it is not fitted).
+    y : array-like, optional
+        Target.
+    hardware : dict, optional
+        Hardware figures; default :func:`~ilargi_sklearn.planner.hardware_info`.
+
+    Returns
+    -------
+    features : dict
+        Flat dict of numbers, booleans and the strings ``estimator`` and ``solver``.
+        Plan-specific costs come from :func:`plan_costs`.
+
+    Examples
+    --------
+    >>> from ilargi_sklearn.datasets import make_multi_source
+    >>> from ilargi_sklearn.cluster import FactorizedKMeans
+    >>> from ilargi_sklearn.planner import plan_features
+    >>> ds = make_multi_source(2000, tuple_ratio=20, random_state=0).dataset
+    >>> hw = {"cpu_cores": 2, "gemm_gflops": 20.0, "mem_bandwidth_gbs": 10.0}
+    >>> f = plan_features(ds, FactorizedKMeans(n_clusters=4), hardware=hw)
+    >>> f["n_rows"], f["n_features"], f["estimator"], f["m"]
+    (2000, 15, 'kmeans', 4)
+    >>> round(f["tuple_ratio"], 1)
+    10.0
+    """
+    if hardware is None:
+        from ilargi_sklearn.planner._hardware import hardware_info
+
+        hardware = hardware_info()
+    data = data_features(X)
+    algo = algorithm_features(estimator, data, y)
+    hw = {
+        "cpu_cores": float(hardware.get("cpu_cores", 1)),
+        "gemm_gflops": float(hardware.get("gemm_gflops", 10.0)),
+        "mem_bandwidth_gbs": float(hardware.get("mem_bandwidth_gbs", 5.0)),
+    }
+    for key in ("gpu_gemm_gflops", "gpu_bandwidth_gbs", "gpu_memory_bytes"):
+        if key in hardware:
+            hw[key] = float(hardware[key])
+    return {**data, **algo, **hw}
+
+
+# ---------------------------------------------------------------------- plan costs
+#: Cost components of a plan; the roofline time is their weighted sum.
+COMPONENTS = (
+    "dense_flops",  # BLAS work: dense products, dense grams, small dense algebra
+    "stream_bytes",  # sequential memory traffic: sources, outputs, element-wise work
+    "sparse_flops",  # multiply-adds of CSR kernels (irregular access)
+    "gather_bytes",  # random row gathers and scatter-adds of the index vectors
+    "calls",  # operator calls (Python and kernel-launch overhead)
+    "setup_bytes",  # building (or slicing, uploading) the joined matrix
+)
+
+
+def unit_costs(features: dict[str, Any], device: str = "cpu") -> dict[str, float]:
+    """Seconds per unit of each cost component, from the hardware figures."""
+    if device == "gpu":
+        gemm = float(features.get("gpu_gemm_gflops", 50_000.0)) * 1e9
+        bw = float(features.get("gpu_bandwidth_gbs", 2_000.0)) * 1e9
+        overhead = _GPU_CALL_OVERHEAD
+    else:
+        gemm = float(features.get("gemm_gflops", 10.0)) * 1e9
+        bw = float(features.get("mem_bandwidth_gbs", 5.0)) * 1e9
+        overhead = _CALL_OVERHEAD
+    return {
+        "dense_flops": 1.0 / gemm,
+        "stream_bytes": 1.0 / bw,
+        "sparse_flops": _SPARSE_BYTES_PER_FLOP / bw,
+        "gather_bytes": 1.0 / bw,
+        "calls": overhead,
+        "setup_bytes": 1.0 / bw,
+    }
+
+
+def _upload_factor(f: dict[str, Any]) -> float:
+    """Host-to-GPU bytes in units of GPU memory bytes (the link is slower)."""
+    return float(f.get("gpu_bandwidth_gbs", 2_000.0)) * 1e9 / _HOST_LINK_BYTES_PER_S
+
+
+def plan_costs(
+    features: dict[str, Any],
+    plan: str,
+    *,
+    cached: bool = False,
+    efficiency: dict[str, float] | None = None,
+) -> dict[str, float]:
+    """Cost components and a roofline time estimate of one plan, from raw features.
+
+    Parameters
+    ----------
+    features : dict
+        Output of :func:`plan_features`.
+    plan : str
+        One of :data:`PLANS`.
+    cached : bool, default=False
+        Whether the joined matrix is already materialized (materialized plans only).
+    efficiency : dict of str to float, optional
+        Measured slow-down of each component against its hardware rate (fitted on
+        calibration records by :func:`~ilargi_sklearn.planner.train_cost_model`);
+        default 1 for every component.
+
+    Returns
+    -------
+    costs : dict
+        Every entry of :data:`COMPONENTS`; ``flops`` (dense and sparse) and
+        ``bytes`` (stream and gather) of the fit without the setup, and
+        ``seconds``: the sum over components of amount x seconds per unit x
+        efficiency.
+    """
+    rep, device = split_plan(plan)
+    f = features
+    n, d, m = float(f["n_rows"]), float(f["n_features"]), float(f["m"])
+    isz = float(f["itemsize"])
+    groups = float(f["n_row_groups"])
+    nnz_sparse = float(f["nnz_terms_sparse"])
+    cells_dense = float(f["cells_terms_dense"])
+    c = dict.fromkeys(COMPONENTS, 0.0)
+
+    def product(mm: float, count: float) -> None:
+        """``count`` products (one matmul or rmatmul each) with ``mm`` columns."""
+        if rep == "factorized":
+            c["dense_flops"] += count * 2.0 * cells_dense * mm
+            c["stream_bytes"] += count * (
+                isz * cells_dense + nnz_sparse * (isz + 4) + 8.0 * mm * (d + n)
+            )
+            c["sparse_flops"] += count * 2.0 * nnz_sparse * mm
+            # Per row group: read the index, gather (or scatter) the m columns.
+            c["gather_bytes"] += count * groups * n * (8.0 + 3.0 * 8.0 * mm)
+            c["calls"] += count * (float(f["n_terms"]) + groups)
+        elif f["joined_sparse"]:
+            nnz = float(f["nnz_joined"])
+            c["stream_bytes"] += count * (nnz * (isz + 4) + 8.0 * mm * (n + d))
+            c["sparse_flops"] += count * 2.0 * nnz * mm
+            c["calls"] += count
+        else:
+            c["dense_flops"] += count * 2.0 * n * d * mm
+            c["stream_bytes"] += count * isz * (n * d + mm * (n + d))
+            c["calls"] += count
+
+    product(m, 2.0 * float(f["passes"]))
+    if f["matmuls"]:
+        product(float(f["matmul_m"]), float(f["matmuls"]))
+    if f["row_norms"]:
+        product(1.0, 1.0)
+    if f["grams"]:
+        c["dense_flops"] += float(f[f"gram_flops_{rep}"])
+        c["stream_bytes"] += float(f[f"gram_bytes_{rep}"])
+        c["calls"] += float(f["n_terms"]) ** 2
+    c["dense_flops"] += float(f["common_flops"])
+    c["stream_bytes"] += float(f["common_bytes"])
+
+    if rep == "materialized":
+        fraction = max(float(f.get("root_fraction", 1.0)), 1e-3)
+        if not cached:
+            if f["joined_sparse"]:
+                setup = _CSR_BUILD_BYTES_PER_NNZ * float(f["nnz_joined"])
+            else:
+                setup = 3.0 * n * d * isz
+            # The root dataset is materialized (then cached) when fitting a slice.
+            c["setup_bytes"] += setup / fraction
+        elif fraction < 1.0:
+            c["setup_bytes"] += 2.0 * float(f["bytes_joined"])  # the slice's rows
+        if device == "gpu":
+            c["setup_bytes"] += float(f["bytes_joined"]) * _upload_factor(f)
+    elif device == "gpu" and not f.get("on_gpu", False):
+        c["setup_bytes"] += float(f["bytes_sources"]) * _upload_factor(f)
+
+    unit = unit_costs(f, device)
+    eff = efficiency or {}
+    seconds = sum(c[k] * unit[k] * float(eff.get(k, 1.0)) for k in COMPONENTS)
+    return {
+        **c,
+        "flops": c["dense_flops"] + c["sparse_flops"],
+        "bytes": c["stream_bytes"] + c["gather_bytes"],
+        "seconds": max(seconds, 1e-6),
+    }
+
+
+_KIND_CODES = {k: i for i, k in enumerate(ESTIMATOR_KINDS)}
+_SOLVER_CODES = {
+    "other": 0,
+    "normal": 1,
+    "lsqr": 2,
+    "gd": 3,
+    "lbfgs": 4,
+    "lloyd": 5,
+    "mu": 6,
+}
+
+
+def _log(v: float) -> float:
+    return math.log10(max(float(v), 1e-12))
+
+
+def model_inputs(
+    features: dict[str, Any],
+    plan: str,
+    *,
+    cached: bool = False,
+    efficiency: dict[str, float] | None = None,
+) -> dict[str, float]:
+    """The learned model's input vector for one plan (finite floats only).
+
+    Logarithms of sizes, ratios, flags, the estimator kind and solver as codes, the
+    plan, and the roofline estimates of this plan and of the other representation
+    on the same device (the learned model predicts the log of measured time over
+    this plan's roofline time).
+    """
+    rep, device = split_plan(plan)
+    f = features
+    other = ("materialized" if rep == "factorized" else "factorized") + "-" + device
+    own = plan_costs(f, plan, cached=cached, efficiency=efficiency)
+    alt = plan_costs(f, other, cached=cached, efficiency=efficiency)
+    fact = own if rep == "factorized" else alt
+    mat = alt if rep == "factorized" else own
+    x = {
+        "log_rows": _log(f["n_rows"]),
+        "log_features": _log(f["n_features"]),
+        "log_nnz_joined": _log(f["nnz_joined"] + 1),
+        "log_nnz_terms": _log(f["nnz_terms"] + 1),
+        "log_bytes_sources": _log(f["bytes_sources"] + 1),
+        "log_bytes_joined": _log(f["bytes_joined"] + 1),
+        "log_tuple_ratio": _log(f["tuple_ratio"]),
+        "log_tuple_ratio_max": _log(f["tuple_ratio_max"]),
+        "log_feature_ratio": _log(f["feature_ratio"] + 1e-3),
+        "log_nnz_ratio": _log(f["nnz_ratio"] + 1e-3),
+        "selectivity": min(float(f["selectivity"]), 1e3),
+        "sparsity_joined": float(f["sparsity_joined"]),
+        "sparsity_sources": float(f["sparsity_sources"]),
+        "sparse_fraction": float(f["sparse_fraction"]),
+        "joined_sparse": float(f["joined_sparse"]),
+        "unmatched": float(f["unmatched"]),
+        "many_to_many": float(f["many_to_many"]),
+        "n_sources": float(f["n_sources"]),
+        "n_terms": float(f["n_terms"]),
+        "n_row_groups": float(f["n_row_groups"]),
+        "itemsize": float(f["itemsize"]),
+        "centered": float(f["centered"]),
+        "estimator": float(_KIND_CODES.get(f["estimator"], _KIND_CODES["other"])),
+        "solver": float(_SOLVER_CODES.get(f["solver"], 0)),
+        "log_m": _log(f["m"]),
+        "log_passes": _log(f["passes"]),
+        "grams": float(f["grams"]),
+        "factorized": float(rep == "factorized"),
+        "gpu": float(device == "gpu"),
+        "cached": float(bool(cached) and rep == "materialized"),
+        "log_root_fraction": _log(f.get("root_fraction", 1.0)),
+        "log_roofline_seconds": _log(own["seconds"]),
+        "log_roofline_ratio": _log(fact["seconds"]) - _log(mat["seconds"]),
+        "log_flop_ratio": _log(mat["flops"] + 1) - _log(fact["flops"] + 1),
+        "log_setup_share": _log(own["setup_bytes"] + 1) - _log(own["bytes"] + 1),
+        "cpu_cores": float(f.get("cpu_cores", 1)),
+        "log_gemm_gflops": _log(f.get("gemm_gflops", 10.0)),
+        "log_bandwidth_gbs": _log(f.get("mem_bandwidth_gbs", 5.0)),
+    }
+    return x
