@@ -28,8 +28,20 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.extmath import row_norms
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
+from ilargi_sklearn._backend._namespace import (
+    asarray_on,
+    get_namespace,
+    is_numpy_namespace,
+    numpy_dtype,
+    to_numpy,
+)
 from ilargi_sklearn.dataset import AffineOperator
-from ilargi_sklearn.utils._validation import validate_X
+from ilargi_sklearn.utils._validation import (
+    DEVICES,
+    DeviceMixin,
+    input_namespace,
+    validate_X,
+)
 
 __all__ = ["FactorizedKMeans"]
 
@@ -46,8 +58,8 @@ def _tolerance(op, tol):
     if tol == 0:
         return 0.0
     n = op.n_rows
-    mean = np.asarray(op.col_sums(), dtype=np.float64) / n
-    sq = np.asarray(op.col_sq_sums(), dtype=np.float64) / n
+    mean = np.asarray(to_numpy(op.col_sums()), dtype=np.float64) / n
+    sq = np.asarray(to_numpy(op.col_sq_sums()), dtype=np.float64) / n
     variances = np.maximum(sq - mean**2, 0.0)
     return float(np.mean(variances) * tol)
 
@@ -366,6 +378,159 @@ def _kmeans_single_lloyd(
     return labels, inertia, centers, i + 1
 
 
+# ------------------------------------------------------- kernels on a device
+# The same algorithm for an operator on a device (CuPy, array_api_strict): every
+# n-length array (distances, labels, weights, assignments) stays on the device;
+# the centers and the per-cluster sums (n_clusters x n_features) live on the host,
+# and only they, a few chosen row indices and scalars cross.
+
+
+def _partial_sq_distances_xp(op, centers):
+    xp = op.xp
+    C = asarray_on(centers, xp, op.device)
+    centers_sq = asarray_on(row_norms(centers, squared=True), xp, op.device)
+    return -2.0 * op.matmul(xp.matrix_transpose(C)) + centers_sq[None, :]
+
+
+def _sq_distances_xp(op, Y, x_squared_norms):
+    xp = op.xp
+    Yd = asarray_on(Y, xp, op.device)
+    YY = asarray_on(row_norms(Y, squared=True), xp, op.device)
+    distances = -2.0 * xp.matrix_transpose(op.matmul(xp.matrix_transpose(Yd)))
+    distances = distances + YY[:, None] + x_squared_norms[None, :]
+    return xp.maximum(distances, xp.zeros_like(distances))
+
+
+def _take_rows_xp(op, rows):
+    rows = np.asarray(rows, dtype=np.int64)
+    return to_numpy(op.take_rows(rows).materialize("dense"))
+
+
+def _kmeans_plusplus_xp(op, n_clusters, x_squared_norms, sample_weight, random_state):
+    """:func:`_kmeans_plusplus` on a device, with the same random stream.
+
+    The first draw repeats ``RandomState.choice(n, p=w / sum(w))`` (a uniform
+    variate searched in the normalized cumulative weights) on the device.
+    """
+    xp, dev = op.xp, op.device
+    n_samples, n_features = op.shape
+    centers = np.empty((n_clusters, n_features), dtype=op.dtype)
+    n_local_trials = 2 + int(np.log(n_clusters))
+    cdf = xp.cumulative_sum(sample_weight)
+    cdf = cdf / cdf[-1]
+    u = asarray_on(
+        np.asarray([random_state.random_sample()]), xp, dev, numpy_dtype(cdf.dtype)
+    )
+    center_id = int(xp.searchsorted(cdf, u, side="right")[0])
+    centers[0] = _take_rows_xp(op, [center_id])[0]
+    closest_dist_sq = _sq_distances_xp(op, centers[0:1], x_squared_norms)[0, :]
+    current_pot = float(xp.sum(closest_dist_sq * sample_weight))
+    last = n_samples - 1
+    for c in range(1, n_clusters):
+        rand_vals = random_state.uniform(size=n_local_trials) * current_pot
+        cum = xp.cumulative_sum(sample_weight * closest_dist_sq)
+        ids = xp.searchsorted(
+            cum, asarray_on(rand_vals, xp, dev, numpy_dtype(cum.dtype))
+        )
+        candidate_ids = np.minimum(to_numpy(ids), last)
+        candidates = _take_rows_xp(op, candidate_ids)
+        dist = _sq_distances_xp(op, candidates, x_squared_norms)
+        dist = xp.minimum(closest_dist_sq[None, :], dist)
+        candidates_pot = to_numpy(xp.sum(dist * sample_weight[None, :], axis=1))
+        best = int(np.argmin(candidates_pot))
+        current_pot = float(candidates_pot[best])
+        closest_dist_sq = dist[best, :]
+        centers[c] = candidates[best]
+    return centers
+
+
+def _row_distances_xp(xp, x_squared_norms, partial, labels):
+    chosen = xp.take_along_axis(partial, labels[:, None], axis=1)[:, 0]
+    d = x_squared_norms + chosen
+    return xp.maximum(d, xp.zeros_like(d))
+
+
+def _lloyd_iter_xp(op, sample_weight, centers, x_squared_norms, update_centers=True):
+    """:func:`_lloyd_iter` on a device; labels and partial distances stay there."""
+    xp = op.xp
+    n_clusters = centers.shape[0]
+    partial = _partial_sq_distances_xp(op, centers)
+    labels = xp.argmin(partial, axis=1)
+    if not update_centers:
+        return labels, partial, None, None
+    clusters = xp.arange(n_clusters, device=op.device)
+    assignment = xp.astype(labels[:, None] == clusters[None, :], partial.dtype)
+    assignment = assignment * sample_weight[:, None]
+    weight_in_clusters = to_numpy(xp.sum(assignment, axis=0)).astype(centers.dtype)
+    centers_new = np.ascontiguousarray(
+        to_numpy(op.rmatmul(assignment)).T, dtype=centers.dtype
+    )
+    empty = np.flatnonzero(weight_in_clusters == 0)
+    if empty.shape[0]:
+        distances = _row_distances_xp(xp, x_squared_norms, partial, labels)
+        scale = float(xp.max(x_squared_norms)) + float(xp.max(xp.abs(partial)))
+        eps = np.finfo(centers.dtype).eps
+        if float(xp.max(distances)) > 8 * (op.n_cols + 2) * eps * scale:
+            n_empty = empty.shape[0]
+            far = xp.argsort(distances, descending=True, stable=True)[:n_empty]
+            far_np = to_numpy(far)
+            far_rows = _take_rows_xp(op, far_np)
+            weights = to_numpy(xp.take(sample_weight, far))
+            old = to_numpy(xp.take(labels, far))
+            for idx in range(n_empty):
+                new_id, old_id, w = empty[idx], old[idx], weights[idx]
+                centers_new[old_id] -= far_rows[idx] * w
+                centers_new[new_id] = far_rows[idx] * w
+                weight_in_clusters[new_id] = w
+                weight_in_clusters[old_id] -= w
+    _average_centers(centers_new, weight_in_clusters)
+    center_shift = np.sqrt(((centers_new - centers) ** 2).sum(axis=1))
+    return labels, partial, centers_new, center_shift
+
+
+def _inertia_xp(xp, x_squared_norms, partial, labels, sample_weight):
+    d = _row_distances_xp(xp, x_squared_norms, partial, labels)
+    return float(xp.sum(d * sample_weight))
+
+
+def _kmeans_single_lloyd_xp(
+    op, sample_weight, centers_init, x_squared_norms, max_iter, tol
+):
+    """:func:`_kmeans_single_lloyd` on a device."""
+    xp = op.xp
+    centers = centers_init
+    labels_old = None
+    strict_convergence = False
+    n_iter = 0
+    for n_iter in range(1, max_iter + 1):  # noqa: B007 (used after the loop)
+        labels, _, centers, center_shift = _lloyd_iter_xp(
+            op, sample_weight, centers, x_squared_norms
+        )
+        if labels_old is not None and bool(xp.all(labels == labels_old)):
+            strict_convergence = True
+            break
+        if float((center_shift**2).sum()) <= tol:
+            break
+        labels_old = labels
+    if strict_convergence:
+        partial = _partial_sq_distances_xp(op, centers)
+    else:
+        labels, partial, _, _ = _lloyd_iter_xp(
+            op, sample_weight, centers, x_squared_norms, update_centers=False
+        )
+    inertia = _inertia_xp(xp, x_squared_norms, partial, labels, sample_weight)
+    return labels, inertia, centers, n_iter
+
+
+def _is_same_clustering_xp(xp, labels1, labels2, n_clusters):
+    """:func:`_is_same_clustering` on a device, from the (k, k) contingency table."""
+    clusters = xp.arange(n_clusters, device=labels1.device)
+    A = xp.astype(labels1[:, None] == clusters[None, :], xp.float64)
+    B = xp.astype(labels2[:, None] == clusters[None, :], xp.float64)
+    table = to_numpy(xp.matrix_transpose(A) @ B)
+    return bool(np.all((table > 0).sum(axis=1) <= 1))
+
+
 def _is_same_clustering(labels1, labels2):
     """Whether ``labels1`` maps to ``labels2`` by a function (scikit-learn's test)."""
     pairs = np.unique(np.stack([labels1, labels2]), axis=1)
@@ -374,7 +539,11 @@ def _is_same_clustering(labels1, labels2):
 
 # ------------------------------------------------------------------------ estimator
 class FactorizedKMeans(
-    ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator
+    DeviceMixin,
+    ClassNamePrefixFeaturesOutMixin,
+    TransformerMixin,
+    ClusterMixin,
+    BaseEstimator,
 ):
     """K-Means clustering (Lloyd) on a multi-source dataset without building the join.
 
@@ -401,6 +570,16 @@ class FactorizedKMeans(
         For a :class:`~ilargi_sklearn.MultiSourceDataset`: compute on the sources
         ("factorized") or on the joined matrix built once ("materialized"). Arrays
         are always used as they are.
+    device : {"auto", "cpu", "gpu"}, default="auto"
+        Where ``fit`` and the predictions compute: "auto" where the data lives,
+        "cpu", or "gpu" (CuPy; a dataset is moved once and its device copy
+        cached). On a device the n-length arrays (distances, labels, weights, the
+        one-hot assignment) stay there; the centers, the per-cluster sums and the
+        k-means++ bookkeeping (candidate indices, potentials) run on the host.
+        ``cluster_centers_`` and ``labels_`` stay where the fit ran;
+        ``predict``/``transform`` return the caller's array type; pickles hold
+        NumPy arrays. "gpu" without a usable GPU raises a ``RuntimeError`` with the
+        probe's reason.
 
     Attributes
     ----------
@@ -473,6 +652,7 @@ class FactorizedKMeans(
         "tol": [Interval(Real, 0, None, closed="left")],
         "random_state": ["random_state"],
         "strategy": [StrOptions({"factorized", "materialized"})],
+        "device": [StrOptions(set(DEVICES))],
     }
 
     def __init__(
@@ -485,6 +665,7 @@ class FactorizedKMeans(
         tol=1e-4,
         random_state=None,
         strategy="factorized",
+        device="auto",
     ):
         self.n_clusters = n_clusters
         self.init = init
@@ -493,6 +674,7 @@ class FactorizedKMeans(
         self.tol = tol
         self.random_state = random_state
         self.strategy = strategy
+        self.device = device
 
     # ----------------------------------------------------------------- helpers
     def _init_is_array(self):
@@ -550,7 +732,11 @@ class FactorizedKMeans(
         )
 
     def _fit(self, X, sample_weight):
-        op = validate_X(self, X, reset=True, strategy=self.strategy)
+        op = validate_X(self, X, reset=True, strategy=self.strategy, device=self.device)
+        xp = op.xp
+        on_device = not is_numpy_namespace(xp)
+        if on_device and sample_weight is not None and hasattr(sample_weight, "shape"):
+            sample_weight = to_numpy(sample_weight)
         n_samples, n_features = op.shape
         if n_samples < self.n_clusters:
             raise ValueError(
@@ -560,6 +746,8 @@ class FactorizedKMeans(
         n_init = self._resolve_n_init()
         random_state = check_random_state(self.random_state)
         sample_weight = self._check_sample_weight(sample_weight, op)
+        if on_device:
+            sample_weight = asarray_on(sample_weight, xp, op.device)
 
         init = self.init
         if self._init_is_array():
@@ -570,15 +758,20 @@ class FactorizedKMeans(
         x_mean = None
         fit_op = op
         if not op.is_sparse:
-            x_mean = (np.asarray(op.col_sums(), dtype=np.float64) / n_samples).astype(
-                op.dtype
-            )
+            col_sums = np.asarray(to_numpy(op.col_sums()), dtype=np.float64)
+            x_mean = (col_sums / n_samples).astype(op.dtype)
             fit_op = AffineOperator(op, offset=x_mean)
             if self._init_is_array():
                 init -= x_mean
-        x_squared_norms = np.asarray(fit_op.row_sq_norms(), dtype=op.dtype)
-
-        best_inertia, best_labels = None, None
+        if on_device:
+            x_squared_norms = fit_op.row_sq_norms()
+            best_labels, best_centers, best_inertia, best_n_iter = self._fit_xp(
+                fit_op, x_squared_norms, init, random_state, sample_weight, n_init, tol
+            )
+            n_init = 0
+        else:
+            x_squared_norms = np.asarray(fit_op.row_sq_norms(), dtype=op.dtype)
+            best_inertia, best_labels = None, None
         for _ in range(n_init):
             centers_init = self._init_centroids(
                 fit_op, x_squared_norms, init, random_state, sample_weight
@@ -595,7 +788,20 @@ class FactorizedKMeans(
         if x_mean is not None:
             best_centers = best_centers + x_mean
 
-        distinct_clusters = np.unique(best_labels).shape[0]
+        if on_device:
+            counts = to_numpy(
+                xp.sum(
+                    xp.astype(
+                        best_labels[:, None]
+                        == xp.arange(self.n_clusters, device=op.device)[None, :],
+                        xp.int64,
+                    ),
+                    axis=0,
+                )
+            )
+            distinct_clusters = int(np.count_nonzero(counts))
+        else:
+            distinct_clusters = np.unique(best_labels).shape[0]
         if distinct_clusters < self.n_clusters:
             warnings.warn(
                 f"Number of distinct clusters ({distinct_clusters}) found smaller than "
@@ -604,15 +810,56 @@ class FactorizedKMeans(
                 stacklevel=3,
             )
 
+        self._n_features_out = best_centers.shape[0]
+        if on_device:
+            # Fitted attributes stay where the fit ran.
+            best_centers = asarray_on(best_centers, xp, op.device)
+            best_labels = xp.astype(best_labels, xp.int32)
         self.cluster_centers_ = best_centers
-        self._n_features_out = self.cluster_centers_.shape[0]
         self.labels_ = best_labels
         self.inertia_ = best_inertia
         self.n_iter_ = best_n_iter
         return op
 
+    def _fit_xp(
+        self, op, x_squared_norms, init, random_state, sample_weight, n_init, tol
+    ):
+        """The ``n_init`` runs on a device (see the kernels ``*_xp``)."""
+        xp = op.xp
+        best_inertia = best_labels = best_centers = best_n_iter = None
+        for _ in range(n_init):
+            if isinstance(init, str) and init == "k-means++":
+                centers_init = _kmeans_plusplus_xp(
+                    op, self.n_clusters, x_squared_norms, sample_weight, random_state
+                )
+            elif isinstance(init, str):
+                # "random": drawn on the host from the normalized weights (one
+                # n-length copy per run, as RandomState.choice needs them).
+                w = to_numpy(sample_weight)
+                seeds = random_state.choice(
+                    op.n_rows, size=self.n_clusters, replace=False, p=w / w.sum()
+                )
+                centers_init = _take_rows_xp(op, seeds).astype(op.dtype, copy=False)
+            else:
+                centers_init = init.copy()
+            labels, inertia, centers, n_iter = _kmeans_single_lloyd_xp(
+                op, sample_weight, centers_init, x_squared_norms, self.max_iter, tol
+            )
+            if best_inertia is None or (
+                inertia < best_inertia
+                and not _is_same_clustering_xp(xp, labels, best_labels, self.n_clusters)
+            ):
+                best_labels, best_centers = labels, centers
+                best_inertia, best_n_iter = inertia, n_iter
+        return best_labels, best_centers, best_inertia, best_n_iter
+
     def _transform(self, op):
-        centers = self.cluster_centers_.astype(np.float64, copy=False)
+        xp = op.xp
+        if not is_numpy_namespace(xp):
+            centers = np.asarray(to_numpy(self.cluster_centers_), dtype=op.dtype)
+            d = _sq_distances_xp(op, centers, op.row_sq_norms())
+            return xp.sqrt(xp.matrix_transpose(d))
+        centers = to_numpy(self.cluster_centers_).astype(np.float64, copy=False)
         d = -2.0 * op.matmul(np.ascontiguousarray(centers.T))
         d += np.asarray(op.row_sq_norms(), dtype=np.float64)[:, np.newaxis]
         d += row_norms(centers, squared=True)[np.newaxis, :]
@@ -660,7 +907,9 @@ class FactorizedKMeans(
         labels : ndarray of shape (n_samples,)
             Index of the cluster each row belongs to.
         """
-        return self.fit(X, sample_weight=sample_weight).labels_
+        xp_in, device_in = input_namespace(X)
+        labels = self.fit(X, sample_weight=sample_weight).labels_
+        return _to_caller(labels, get_namespace(labels), xp_in, device_in)
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit_transform(self, X, y=None, sample_weight=None):
@@ -681,8 +930,9 @@ class FactorizedKMeans(
         X_new : ndarray of shape (n_samples, n_clusters)
             Euclidean distance of each row to each center.
         """
+        xp_in, device_in = input_namespace(X)
         op = self._fit(X, sample_weight)
-        return self._transform(op)
+        return _to_caller(self._transform(op), op.xp, xp_in, device_in)
 
     def predict(self, X):
         """Return the closest center of each row.
@@ -699,10 +949,18 @@ class FactorizedKMeans(
             Index of the cluster each row belongs to.
         """
         check_is_fitted(self)
-        op = validate_X(self, X, reset=False, strategy=self.strategy)
+        xp_in, device_in = input_namespace(X)
+        op = validate_X(
+            self, X, reset=False, strategy=self.strategy, device=self.device
+        )
+        centers = to_numpy(self.cluster_centers_).astype(op.dtype, copy=False)
+        if not is_numpy_namespace(op.xp):
+            partial = _partial_sq_distances_xp(op, centers)
+            labels = op.xp.astype(op.xp.argmin(partial, axis=1), op.xp.int32)
+            return _to_caller(labels, op.xp, xp_in, device_in)
         sample_weight = np.ones(op.n_rows, dtype=op.dtype)
-        centers = self.cluster_centers_.astype(op.dtype, copy=False)
-        return _labels_inertia(op, sample_weight, centers, return_inertia=False)
+        labels = _labels_inertia(op, sample_weight, centers, return_inertia=False)
+        return _to_caller(labels, op.xp, xp_in, device_in)
 
     def transform(self, X):
         """Euclidean distances of the rows to the centers.
@@ -719,8 +977,11 @@ class FactorizedKMeans(
             Distance of each row to each center.
         """
         check_is_fitted(self)
-        op = validate_X(self, X, reset=False, strategy=self.strategy)
-        return self._transform(op)
+        xp_in, device_in = input_namespace(X)
+        op = validate_X(
+            self, X, reset=False, strategy=self.strategy, device=self.device
+        )
+        return _to_caller(self._transform(op), op.xp, xp_in, device_in)
 
     def score(self, X, y=None, sample_weight=None):
         """Opposite of the inertia of ``X`` with respect to the centers.
@@ -741,9 +1002,19 @@ class FactorizedKMeans(
             Minus the weighted sum of squared distances to the closest center.
         """
         check_is_fitted(self)
-        op = validate_X(self, X, reset=False, strategy=self.strategy)
+        op = validate_X(
+            self, X, reset=False, strategy=self.strategy, device=self.device
+        )
+        xp = op.xp
+        centers = to_numpy(self.cluster_centers_).astype(op.dtype, copy=False)
+        if not is_numpy_namespace(xp):
+            if sample_weight is not None and hasattr(sample_weight, "shape"):
+                sample_weight = to_numpy(sample_weight)
+            sw = asarray_on(self._check_sample_weight(sample_weight, op), xp, op.device)
+            partial = _partial_sq_distances_xp(op, centers)
+            labels = xp.argmin(partial, axis=1)
+            return -_inertia_xp(xp, op.row_sq_norms(), partial, labels, sw)
         sample_weight = self._check_sample_weight(sample_weight, op)
-        centers = self.cluster_centers_.astype(op.dtype, copy=False)
         _, inertia = _labels_inertia(op, sample_weight, centers)
         return -inertia
 
@@ -751,3 +1022,10 @@ class FactorizedKMeans(
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         return tags
+
+
+def _to_caller(out, xp, xp_in, device_in):
+    """``out`` (computed in ``xp``) in the caller's namespace and on its device."""
+    if xp is xp_in or (is_numpy_namespace(xp) and is_numpy_namespace(xp_in)):
+        return out
+    return asarray_on(out, xp_in, device_in)

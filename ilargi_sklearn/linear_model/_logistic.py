@@ -17,6 +17,11 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, _check_y, check_is_fitted
 
+from ilargi_sklearn._backend._namespace import (
+    asarray_on,
+    is_numpy_namespace,
+    to_numpy,
+)
 from ilargi_sklearn.linear_model._linear import _check_n_rows, _check_y_given
 from ilargi_sklearn.linear_model._loss import (
     _gradient_descent,
@@ -24,14 +29,20 @@ from ilargi_sklearn.linear_model._loss import (
     _loss_and_grad,
     _split_coef,
 )
-from ilargi_sklearn.utils._validation import STRATEGIES, validate_X
+from ilargi_sklearn.utils._validation import (
+    DEVICES,
+    STRATEGIES,
+    DeviceMixin,
+    input_namespace,
+    validate_X,
+)
 
 __all__ = ["FactorizedLogisticRegression"]
 
 logger = logging.getLogger(__name__)
 
 
-class FactorizedLogisticRegression(ClassifierMixin, BaseEstimator):
+class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
     """Logistic regression on joined data sources, without building the join.
 
     Binary (logistic) and multinomial (softmax, for more than two classes)
@@ -73,6 +84,16 @@ class FactorizedLogisticRegression(ClassifierMixin, BaseEstimator):
         How a :class:`~ilargi_sklearn.MultiSourceDataset` is used in ``fit``: through
         its factorized operator, or materialized once into a plain matrix. Both give
         the same model; plain arrays are always used as they are.
+    device : {"auto", "cpu", "gpu"}, default="auto"
+        Where ``fit`` and the predictions compute: "auto" where the data lives,
+        "cpu", or "gpu" (CuPy; a dataset is moved once and its device copy
+        cached). On a device the n-length arrays (raw predictions, pointwise
+        gradients, targets, weights) stay there; L-BFGS (scipy) runs on the host
+        over the flat parameters, which cross once per evaluation. ``coef_`` and
+        ``intercept_`` stay where the fit ran (``classes_`` is always NumPy);
+        predictions come back in the caller's array type (labels that are not
+        numbers as NumPy); pickles hold NumPy arrays. "gpu" without a usable GPU
+        raises a ``RuntimeError`` with the probe's reason.
 
     Attributes
     ----------
@@ -156,6 +177,7 @@ class FactorizedLogisticRegression(ClassifierMixin, BaseEstimator):
         "tol": [Interval(Real, 0, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither"), None],
         "strategy": [StrOptions(set(STRATEGIES))],
+        "device": [StrOptions(set(DEVICES))],
     }
 
     def __init__(
@@ -169,6 +191,7 @@ class FactorizedLogisticRegression(ClassifierMixin, BaseEstimator):
         tol=1e-4,
         learning_rate=None,
         strategy="factorized",
+        device="auto",
     ):
         self.penalty = penalty
         self.C = C
@@ -178,6 +201,7 @@ class FactorizedLogisticRegression(ClassifierMixin, BaseEstimator):
         self.tol = tol
         self.learning_rate = learning_rate
         self.strategy = strategy
+        self.device = device
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
@@ -198,8 +222,16 @@ class FactorizedLogisticRegression(ClassifierMixin, BaseEstimator):
         self : object
             Fitted estimator.
         """
-        op = validate_X(self, X, reset=True, strategy=self.strategy)
+        op = validate_X(self, X, reset=True, strategy=self.strategy, device=self.device)
         _check_y_given(self, y)
+        xp = op.xp
+        on_device = not is_numpy_namespace(xp)
+        if on_device:
+            # Labels are encoded on the host (one copy when they came from the
+            # device); the encoded targets then live next to the data.
+            y = to_numpy(y) if hasattr(y, "shape") else y
+            if sample_weight is not None and hasattr(sample_weight, "shape"):
+                sample_weight = to_numpy(sample_weight)
         y = _check_y(y, estimator=self)
         _check_n_rows(op, y)
         check_classification_targets(y)
@@ -226,6 +258,10 @@ class FactorizedLogisticRegression(ClassifierMixin, BaseEstimator):
             loss, n_outputs = "multinomial", n_classes
             target = np.zeros((n_samples, n_classes))
             target[np.arange(n_samples), y_codes] = 1.0
+        if on_device:
+            target = asarray_on(target, xp, op.device)
+            if sample_weight is not None:
+                sample_weight = asarray_on(sample_weight, xp, op.device)
         args = (
             op,
             target,
@@ -248,6 +284,10 @@ class FactorizedLogisticRegression(ClassifierMixin, BaseEstimator):
         self.classes_ = classes
         self.coef_ = coef.astype(op.dtype)
         self.intercept_ = intercept.astype(op.dtype)
+        if on_device:
+            # Fitted attributes stay where the fit ran.
+            self.coef_ = asarray_on(self.coef_, xp, op.device)
+            self.intercept_ = asarray_on(self.intercept_, xp, op.device)
         self.n_iter_ = np.asarray([n_iter], dtype=np.int32)
         return self
 
@@ -312,10 +352,29 @@ class FactorizedLogisticRegression(ClassifierMixin, BaseEstimator):
             For binary problems, the score of ``classes_[1]`` (positive means
             ``classes_[1]`` is predicted); otherwise one column per class.
         """
+        scores, xp, xp_in, device_in = self._scores(X)
+        return _to_caller(scores, xp, xp_in, device_in)
+
+    def _scores(self, X):
+        """Scores in the namespace where they were computed, and the caller's."""
         check_is_fitted(self)
-        op = validate_X(self, X, reset=False)
-        scores = op.matmul(self.coef_.T) + self.intercept_
-        return scores.ravel() if scores.shape[1] == 1 else scores
+        xp_in, device_in = input_namespace(X)
+        op = validate_X(self, X, reset=False, device=self.device)
+        xp = op.xp
+        if is_numpy_namespace(xp) and isinstance(self.coef_, np.ndarray):
+            scores = op.matmul(self.coef_.T) + self.intercept_
+            return (
+                (scores.ravel() if scores.shape[1] == 1 else scores),
+                xp,
+                xp_in,
+                device_in,
+            )
+        # Parameters go to where the data is (they are small).
+        coef = asarray_on(self.coef_, xp, op.device)
+        b = asarray_on(self.intercept_, xp, op.device)
+        if coef.shape[0] == 1:
+            return op.matmul(coef[0, :]) + b[0], xp, xp_in, device_in
+        return op.matmul(xp.matrix_transpose(coef)) + b, xp, xp_in, device_in
 
     def predict(self, X):
         """Predict class labels.
@@ -331,12 +390,22 @@ class FactorizedLogisticRegression(ClassifierMixin, BaseEstimator):
         y_pred : ndarray of shape (n_samples,)
             Predicted labels, taken from ``classes_``.
         """
-        scores = self.decision_function(X)
+        scores, xp, xp_in, device_in = self._scores(X)
+        if is_numpy_namespace(xp):
+            if scores.ndim == 1:
+                indices = (scores > 0).astype(np.intp)
+            else:
+                indices = scores.argmax(axis=1)
+            return _to_caller(self.classes_[indices], xp, xp_in, device_in)
         if scores.ndim == 1:
-            indices = (scores > 0).astype(np.intp)
+            indices = xp.astype(scores > 0, xp.int64)
         else:
-            indices = scores.argmax(axis=1)
-        return self.classes_[indices]
+            indices = xp.argmax(scores, axis=1)
+        if self.classes_.dtype.kind not in "biuf":
+            # Labels that are not numbers have no device array type.
+            return self.classes_[to_numpy(indices)]
+        labels = xp.take(asarray_on(self.classes_, xp, scores.device), indices)
+        return _to_caller(labels, xp, xp_in, device_in)
 
     def predict_proba(self, X):
         """Class probabilities (sigmoid for binary, softmax for multinomial).
@@ -352,11 +421,14 @@ class FactorizedLogisticRegression(ClassifierMixin, BaseEstimator):
         proba : ndarray of shape (n_samples, n_classes)
             Probability of each class, in the order of ``classes_``.
         """
-        scores = self.decision_function(X)
-        if scores.ndim == 1:
-            p = expit(scores)
-            return np.column_stack([1.0 - p, p])
-        return softmax(scores, axis=1)
+        scores, xp, xp_in, device_in = self._scores(X)
+        if is_numpy_namespace(xp):
+            if scores.ndim == 1:
+                p = expit(scores)
+                return _to_caller(np.column_stack([1.0 - p, p]), xp, xp_in, device_in)
+            return _to_caller(softmax(scores, axis=1), xp, xp_in, device_in)
+        log_proba = _log_proba_xp(xp, scores)
+        return _to_caller(xp.exp(log_proba), xp, xp_in, device_in)
 
     def predict_log_proba(self, X):
         """Logarithm of the class probabilities, computed stably.
@@ -372,12 +444,36 @@ class FactorizedLogisticRegression(ClassifierMixin, BaseEstimator):
         log_proba : ndarray of shape (n_samples, n_classes)
             Log-probability of each class, in the order of ``classes_``.
         """
-        scores = self.decision_function(X)
-        if scores.ndim == 1:
-            return np.column_stack([log_expit(-scores), log_expit(scores)])
-        return log_softmax(scores, axis=1)
+        scores, xp, xp_in, device_in = self._scores(X)
+        if is_numpy_namespace(xp):
+            if scores.ndim == 1:
+                out = np.column_stack([log_expit(-scores), log_expit(scores)])
+            else:
+                out = log_softmax(scores, axis=1)
+            return _to_caller(out, xp, xp_in, device_in)
+        return _to_caller(_log_proba_xp(xp, scores), xp, xp_in, device_in)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         return tags
+
+
+def _log_proba_xp(xp, scores):
+    """Stable log-probabilities of device scores (sigmoid or softmax)."""
+    if scores.ndim == 1:
+        zero = xp.zeros_like(scores)
+        # log sigmoid(z) = -log(1 + exp(-z)).
+        return xp.stack(
+            [-xp.logaddexp(zero, scores), -xp.logaddexp(zero, -scores)], axis=1
+        )
+    top = xp.max(scores, axis=1, keepdims=True)
+    shifted = scores - top
+    return shifted - xp.log(xp.sum(xp.exp(shifted), axis=1, keepdims=True))
+
+
+def _to_caller(out, xp, xp_in, device_in):
+    """``out`` (computed in ``xp``) in the caller's namespace and on its device."""
+    if xp is xp_in or (is_numpy_namespace(xp) and is_numpy_namespace(xp_in)):
+        return out
+    return asarray_on(out, xp_in, device_in)

@@ -29,6 +29,13 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit, logsumexp
 
+from ilargi_sklearn._backend._namespace import (
+    asarray_on,
+    is_numpy_namespace,
+    namespace_dtype,
+    to_numpy,
+)
+
 __all__ = [
     "LOSSES",
     "_gradient_descent",
@@ -134,6 +141,18 @@ def _loss_and_grad(
         Its gradient. The coefficient part is
         ``T^T (s * dloss/draw) / s_sum + l2_reg_strength * W``: one ``rmatmul``.
     """
+    if not is_numpy_namespace(op.xp):
+        return _loss_and_grad_xp(
+            w,
+            op,
+            y,
+            sample_weight,
+            sw_sum,
+            l2_reg_strength,
+            fit_intercept,
+            n_outputs,
+            loss,
+        )
     n_features = op.n_cols
     coef, intercept = _split_coef(w, n_features, n_outputs, fit_intercept)
     raw = _raw_prediction(op, coef, intercept)
@@ -159,6 +178,71 @@ def _loss_and_grad(
     return value, grad
 
 
+def _sigmoid_xp(xp, z):
+    # exp(-log(1 + exp(-z))): no overflow for large |z|.
+    return xp.exp(-xp.logaddexp(xp.zeros_like(z), -z))
+
+
+def _logsumexp_xp(xp, raw):
+    top = xp.max(raw, axis=1)
+    return top + xp.log(xp.sum(xp.exp(raw - top[:, None]), axis=1))
+
+
+def _loss_and_grad_xp(
+    w, op, y, sample_weight, sw_sum, l2_reg_strength, fit_intercept, n_outputs, loss
+):
+    """:func:`_loss_and_grad` for an operator on a device (CuPy, array_api_strict).
+
+    ``y`` and ``sample_weight`` live where ``op`` does; the n-length arrays (raw
+    predictions, pointwise losses and gradients) stay there. Only the flat
+    parameters (host, float64, what scipy's L-BFGS works on) cross: coefficients
+    go to the device, the gradient's parameter-sized part comes back.
+    """
+    xp, dev = op.xp, op.device
+    n_features = op.n_cols
+    coef, intercept = _split_coef(w, n_features, n_outputs, fit_intercept)
+    f64 = xp.float64
+    coef_d = asarray_on(coef, xp, dev, op.dtype)
+    if n_outputs == 1:
+        raw = xp.astype(op.matmul(coef_d[0, :]), f64)[:, None]
+    else:
+        raw = xp.astype(op.matmul(xp.matrix_transpose(coef_d)), f64)
+    if intercept is not None:
+        raw = raw + asarray_on(intercept, xp, dev, np.float64)
+    if loss == "squared":
+        grad_raw = raw - y
+        values = 0.5 * xp.sum(grad_raw * grad_raw, axis=1)
+    elif loss == "binomial":
+        z = raw[:, 0]
+        values = xp.logaddexp(xp.zeros_like(z), z) - y * z
+        grad_raw = (_sigmoid_xp(xp, z) - y)[:, None]
+    elif loss == "multinomial":
+        lse = _logsumexp_xp(xp, raw)
+        values = lse - xp.sum(y * raw, axis=1)
+        grad_raw = xp.exp(raw - lse[:, None]) - y
+    else:
+        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
+    if sample_weight is not None:
+        values = values * sample_weight
+        grad_raw = grad_raw * sample_weight[:, None]
+    grad_raw = grad_raw / sw_sum
+    value = float(xp.sum(values)) / sw_sum
+
+    grad = np.empty_like(w, dtype=np.float64)
+    g_coef, g_intercept = _split_coef(grad, n_features, n_outputs, fit_intercept)
+    rhs = xp.astype(grad_raw, namespace_dtype(xp, op.dtype))
+    if n_outputs == 1:
+        g_coef[0] = to_numpy(op.rmatmul(rhs[:, 0]))
+    else:
+        g_coef[:] = to_numpy(op.rmatmul(rhs)).T
+    if l2_reg_strength > 0:
+        value += 0.5 * l2_reg_strength * float(np.sum(coef * coef))
+        g_coef += l2_reg_strength * coef
+    if fit_intercept:
+        g_intercept[:] = to_numpy(xp.sum(grad_raw, axis=0))
+    return value, grad
+
+
 def _lipschitz_constant(
     op, sample_weight, sw_sum, l2_reg_strength, fit_intercept, loss, n_power_iter=10
 ):
@@ -176,6 +260,23 @@ def _lipschitz_constant(
     """
     n_features = op.n_cols
     n_params = n_features + int(fit_intercept)
+    xp = op.xp
+    if is_numpy_namespace(xp):
+        to_op, to_host, xsum = _numpy_io(op.dtype)
+    else:
+        # n-length products stay on the device; the power-iteration vector is
+        # parameter-sized and lives on the host.
+        dev = op.device
+
+        def to_op(a):
+            return asarray_on(a, xp, dev, op.dtype)
+
+        def to_host(a):
+            return to_numpy(a)
+
+        def xsum(a):
+            return float(xp.sum(a))
+
     v = np.random.default_rng(0).standard_normal(n_params)
     lam = 0.0
     for _ in range(n_power_iter):
@@ -183,18 +284,41 @@ def _lipschitz_constant(
         if norm == 0:
             break
         v /= norm
-        Av = np.asarray(op.matmul(v[:n_features].astype(op.dtype)), dtype=np.float64)
+        Av = op.matmul(to_op(v[:n_features]))
+        Av = _f64(xp, Av)
         if fit_intercept:
-            Av = Av + v[n_features]
+            Av = Av + float(v[n_features])
         if sample_weight is not None:
             Av = Av * sample_weight
         u = np.empty(n_params)
-        u[:n_features] = op.rmatmul(Av.astype(op.dtype, copy=False))
+        u[:n_features] = to_host(op.rmatmul(_cast(xp, Av, op.dtype)))
         if fit_intercept:
-            u[n_features] = Av.sum()
+            u[n_features] = xsum(Av)
         lam = float(v @ u)
         v = u
     return _CURVATURE[loss] * lam / sw_sum + l2_reg_strength
+
+
+def _numpy_io(dtype):
+    def to_op(a):
+        return a.astype(dtype)
+
+    def xsum(a):
+        return float(a.sum())
+
+    return to_op, np.asarray, xsum
+
+
+def _f64(xp, a):
+    if is_numpy_namespace(xp):
+        return np.asarray(a, dtype=np.float64)
+    return xp.astype(a, xp.float64)
+
+
+def _cast(xp, a, dtype):
+    if is_numpy_namespace(xp):
+        return a.astype(dtype, copy=False)
+    return xp.astype(a, namespace_dtype(xp, dtype))
 
 
 def _gradient_descent(loss_and_grad, w0, args, learning_rate, max_iter, tol):

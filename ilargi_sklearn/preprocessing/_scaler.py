@@ -10,25 +10,49 @@ from sklearn.base import (
     TransformerMixin,
     _fit_context,
 )
+from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
+from ilargi_sklearn._backend._namespace import (
+    asarray_on,
+    is_numpy_namespace,
+    numpy_dtype,
+    to_numpy,
+)
 from ilargi_sklearn.dataset import AffineOperator, MultiSourceDataset
-from ilargi_sklearn.utils._validation import validate_X
+from ilargi_sklearn.utils._validation import (
+    DEVICES,
+    DeviceMixin,
+    input_namespace,
+    validate_X,
+)
 
 __all__ = ["FactorizedStandardScaler"]
 
 
 def _mean_var(op, sample_weight):
     """Weighted column means and (biased) variances from factorized column sums."""
-    w_sum = float(op.n_rows if sample_weight is None else np.sum(sample_weight))
-    mean = op.col_sums(sample_weight) / w_sum
-    sq = op.col_sq_sums(sample_weight) / w_sum
+    xp = op.xp
+    if is_numpy_namespace(xp):
+        w_sum = float(op.n_rows if sample_weight is None else np.sum(sample_weight))
+        mean = op.col_sums(sample_weight) / w_sum
+        sq = op.col_sq_sums(sample_weight) / w_sum
+    else:
+        # The n-length reductions run on the device; the (n_features,) sums come
+        # back to the host, where the fitted statistics are finished in float64.
+        w_sum = float(op.n_rows if sample_weight is None else xp.sum(sample_weight))
+        mean = np.asarray(to_numpy(op.col_sums(sample_weight)), np.float64) / w_sum
+        sq = np.asarray(to_numpy(op.col_sq_sums(sample_weight)), np.float64) / w_sum
     var = np.maximum(sq - mean * mean, 0.0)
     return mean, var, w_sum
 
 
 class FactorizedStandardScaler(
-    OneToOneFeatureMixin, TransformerMixin, BaseEstimator, auto_wrap_output_keys=None
+    DeviceMixin,
+    OneToOneFeatureMixin,
+    TransformerMixin,
+    BaseEstimator,
+    auto_wrap_output_keys=None,
 ):
     """Standardize features by removing the mean and scaling to unit variance.
 
@@ -47,6 +71,15 @@ class FactorizedStandardScaler(
         Scale the features to unit variance.
     copy : bool, default=True
         Kept for scikit-learn compatibility; inputs are never modified.
+    device : {"auto", "cpu", "gpu"}, default="auto"
+        Where ``fit`` computes the column statistics: "auto" where the data lives,
+        "cpu", or "gpu" (CuPy; a dataset is moved once and its device copy
+        cached). The statistics are finished on the host and then stored where
+        the fit ran. :meth:`transform` answers in the caller's array type: a
+        dataset stays where it is (its scaling is implicit, nothing is computed),
+        an array is scaled on the compute device and returned in its own
+        namespace. Pickles hold NumPy arrays. "gpu" without a usable GPU raises a
+        ``RuntimeError`` with the probe's reason.
 
     Attributes
     ----------
@@ -94,12 +127,14 @@ class FactorizedStandardScaler(
         "with_mean": ["boolean"],
         "with_std": ["boolean"],
         "copy": ["boolean"],
+        "device": [StrOptions(set(DEVICES))],
     }
 
-    def __init__(self, *, with_mean=True, with_std=True, copy=True):
+    def __init__(self, *, with_mean=True, with_std=True, copy=True, device="auto"):
         self.with_mean = with_mean
         self.with_std = with_std
         self.copy = copy
+        self.device = device
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, sample_weight=None):
@@ -119,7 +154,9 @@ class FactorizedStandardScaler(
         self : object
             Fitted scaler.
         """
-        op = validate_X(self, X, reset=True)
+        op = validate_X(self, X, reset=True, device=self.device)
+        xp = op.xp
+        on_device = not is_numpy_namespace(xp)
         if (
             self.with_mean
             and sp.issparse(getattr(op, "A", None))
@@ -130,9 +167,13 @@ class FactorizedStandardScaler(
                 "the data in a MultiSourceDataset, which centers implicitly."
             )
         if sample_weight is not None:
+            if on_device and hasattr(sample_weight, "shape"):
+                sample_weight = to_numpy(sample_weight)
             sample_weight = _check_sample_weight(
                 sample_weight, np.empty(op.n_rows), dtype=np.float64
             )
+            if on_device:
+                sample_weight = asarray_on(sample_weight, xp, op.device)
         mean, var, w_sum = _mean_var(op, sample_weight)
         dtype = op.dtype
         self.n_samples_seen_ = op.n_rows if sample_weight is None else w_sum
@@ -148,12 +189,19 @@ class FactorizedStandardScaler(
         else:
             self.var_ = None
             self.scale_ = None
+        if on_device:
+            # Fitted attributes stay where the fit ran.
+            for name in ("mean_", "var_", "scale_"):
+                value = getattr(self, name)
+                if value is not None:
+                    setattr(self, name, asarray_on(value, xp, op.device))
         return self
 
     def _offset_scale(self):
+        """Host (NumPy) offset and inverse scale: small, moved where needed."""
         n = self.n_features_in_
-        offset = self.mean_ if self.with_mean else np.zeros(n)
-        inv = 1.0 / self.scale_ if self.with_std else np.ones(n)
+        offset = to_numpy(self.mean_) if self.with_mean else np.zeros(n)
+        inv = 1.0 / to_numpy(self.scale_) if self.with_std else np.ones(n)
         return offset, inv
 
     def transform(self, X, copy=None):
@@ -172,18 +220,32 @@ class FactorizedStandardScaler(
             A dataset (scaling implicit) for a dataset input, else an array.
         """
         check_is_fitted(self)
-        op = validate_X(self, X, reset=False)
-        offset, inv = self._offset_scale()
         if isinstance(X, MultiSourceDataset):
+            # Nothing is computed: the dataset keeps its device and the scaling
+            # becomes part of its operator (moved there once, parameter-sized).
+            validate_X(self, X, reset=False)
+            offset, inv = self._offset_scale()
             return X._like(AffineOperator(X.operator, inv, offset))
+        xp_in, device_in = input_namespace(X)
+        op = validate_X(self, X, reset=False, device=self.device)
+        offset, inv = self._offset_scale()
         A = op.A
+        xp = op.xp
+        if not is_numpy_namespace(xp):
+            dt = numpy_dtype(A.dtype)
+            out = (A - asarray_on(offset, xp, op.device, dt)) * asarray_on(
+                inv, xp, op.device, dt
+            )
+            return _to_caller(out, xp, xp_in, device_in)
         if sp.issparse(A):
             if self.with_mean:
                 raise ValueError(
                     "Cannot center sparse matrices: pass `with_mean=False` instead."
                 )
-            return sp.csr_matrix(A @ sp.diags(inv.astype(A.dtype)))
-        return ((A - offset) * inv).astype(A.dtype, copy=False)
+            out = sp.csr_matrix(A @ sp.diags(inv.astype(A.dtype)))
+            return _to_caller(out, xp, xp_in, device_in)
+        out = ((A - offset) * inv).astype(A.dtype, copy=False)
+        return _to_caller(out, xp, xp_in, device_in)
 
     def inverse_transform(self, X, copy=None):
         """Undo the scaling of an array (datasets: call on the materialized array).
@@ -204,16 +266,26 @@ class FactorizedStandardScaler(
             raise TypeError(
                 "inverse_transform takes arrays; call it on X.materialize() for a dataset."
             )
-        op = validate_X(self, X, reset=False)
+        xp_in, device_in = input_namespace(X)
+        op = validate_X(self, X, reset=False, device=self.device)
         offset, inv = self._offset_scale()
         A = op.A
+        xp = op.xp
+        if not is_numpy_namespace(xp):
+            dt = numpy_dtype(A.dtype)
+            out = A / asarray_on(inv, xp, op.device, dt) + asarray_on(
+                offset, xp, op.device, dt
+            )
+            return _to_caller(out, xp, xp_in, device_in)
         if sp.issparse(A):
             if self.with_mean:
                 raise ValueError(
                     "Cannot uncenter sparse matrices: pass `with_mean=False` instead."
                 )
-            return sp.csr_matrix(A @ sp.diags((1.0 / inv).astype(A.dtype)))
-        return (A / inv + offset).astype(A.dtype, copy=False)
+            out = sp.csr_matrix(A @ sp.diags((1.0 / inv).astype(A.dtype)))
+            return _to_caller(out, xp, xp_in, device_in)
+        out = (A / inv + offset).astype(A.dtype, copy=False)
+        return _to_caller(out, xp, xp_in, device_in)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -221,3 +293,10 @@ class FactorizedStandardScaler(
         tags.input_tags.sparse = not self.with_mean
         tags.input_tags.allow_nan = False
         return tags
+
+
+def _to_caller(out, xp, xp_in, device_in):
+    """``out`` (computed in ``xp``) in the caller's namespace and on its device."""
+    if xp is xp_in or (is_numpy_namespace(xp) and is_numpy_namespace(xp_in)):
+        return out
+    return asarray_on(out, xp_in, device_in)

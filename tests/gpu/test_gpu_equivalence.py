@@ -81,3 +81,70 @@ def test_linear_regression_gpu_vs_cpu(scenario):
     pred = est.predict(ds)  # host data: NumPy predictions
     assert isinstance(pred, np.ndarray)
     np.testing.assert_allclose(pred, ref.predict(ds), rtol=tol, atol=tol)
+
+
+def _is_cupy(a):
+    return type(a).__module__.startswith("cupy")
+
+
+@pytest.mark.parametrize("scenario", ["star", "left", "snowflake", "float32"])
+def test_scaler_gpu_vs_cpu(scenario):
+    from ilargi_sklearn.preprocessing import FactorizedStandardScaler
+
+    ds = random_dataset(6, scenario=scenario, n_rows=300)
+    ref = FactorizedStandardScaler().fit(ds)
+    est = FactorizedStandardScaler(device="gpu").fit(ds)
+    for name in ("mean_", "var_", "scale_"):
+        _check(getattr(ref, name), getattr(est, name), ds.dtype, name)
+    A = ds.materialize()
+    out = est.transform(A)  # host array: NumPy back
+    assert isinstance(out, np.ndarray)
+    np.testing.assert_allclose(
+        out, ref.transform(A), rtol=_tol(ds.dtype), atol=_tol(ds.dtype)
+    )
+    Ag = asarray_on(A, get_namespace(est.scale_))
+    _check(ref.transform(A), est.transform(Ag), ds.dtype, "transform gpu array")
+
+
+@pytest.mark.parametrize("scenario", ["star", "left", "snowflake", "float32"])
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_logistic_regression_gpu_vs_cpu(scenario, n_classes):
+    from ilargi_sklearn.linear_model import FactorizedLogisticRegression
+
+    ds = random_dataset(8, scenario=scenario, n_rows=300)
+    rng = np.random.default_rng(0)
+    scores = ds.operator.matmul(
+        rng.standard_normal((ds.shape[1], n_classes)).astype(ds.dtype)
+    )
+    y = np.argmax(scores + rng.standard_normal(scores.shape), axis=1)
+    ref = FactorizedLogisticRegression(max_iter=200).fit(ds, y)
+    est = FactorizedLogisticRegression(max_iter=200, device="gpu").fit(ds, y)
+    assert _is_cupy(est.coef_)
+    tol = 1e-3 if ds.dtype == np.float32 else 1e-6
+    np.testing.assert_allclose(to_numpy(est.coef_), ref.coef_, rtol=tol, atol=tol)
+    dg = ds.to_device("gpu")
+    proba = est.predict_proba(dg)
+    assert _is_cupy(proba)
+    np.testing.assert_allclose(
+        to_numpy(proba), ref.predict_proba(ds), rtol=tol, atol=tol
+    )
+    np.testing.assert_array_equal(est.predict(ds), ref.predict(ds))
+
+
+@pytest.mark.parametrize("scenario", ["star", "left", "snowflake", "float32"])
+def test_kmeans_gpu_vs_cpu(scenario):
+    from ilargi_sklearn.cluster import FactorizedKMeans
+
+    ds = random_dataset(9, scenario=scenario, n_rows=300)
+    ref = FactorizedKMeans(n_clusters=5, random_state=0).fit(ds)
+    est = FactorizedKMeans(n_clusters=5, random_state=0, device="gpu").fit(ds)
+    assert _is_cupy(est.cluster_centers_) and _is_cupy(est.labels_)
+    np.testing.assert_array_equal(to_numpy(est.labels_), ref.labels_)
+    tol = 1e-3 if ds.dtype == np.float32 else 1e-8
+    np.testing.assert_allclose(
+        to_numpy(est.cluster_centers_), ref.cluster_centers_, rtol=tol, atol=tol
+    )
+    assert est.inertia_ == pytest.approx(ref.inertia_, rel=tol)
+    pred = est.predict(ds)
+    assert isinstance(pred, np.ndarray)
+    np.testing.assert_array_equal(pred, ref.predict(ds))

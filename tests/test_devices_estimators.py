@@ -1,0 +1,180 @@
+"""Estimators on array_api_strict arrays on a non-default device equal NumPy.
+
+``array_api_strict`` refuses silent conversion to NumPy and mixing devices, as CuPy
+does, so these tests stand in for a GPU: fitted attributes must stay on the device
+the fit ran on, predictions come back in the caller's namespace, pickles hold NumPy.
+"""
+
+import pickle
+
+import numpy as np
+import pytest
+
+from ilargi_sklearn._backend._namespace import (
+    asarray_on,
+    device_of,
+    get_namespace,
+    to_numpy,
+)
+from ilargi_sklearn.linear_model import FactorizedLogisticRegression
+from ilargi_sklearn.preprocessing import FactorizedStandardScaler
+from ilargi_sklearn.utils._testing import random_dataset
+
+xps = pytest.importorskip("array_api_strict")
+DEV = xps.Device("device1")
+DENSE = ["star", "left", "snowflake", "float32"]
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:X does not have valid feature names"),
+    pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning"),
+]
+
+
+def _tol(dtype):
+    return 1e-4 if np.dtype(dtype) == np.float32 else 1e-8
+
+
+def _on_dev(a):
+    return get_namespace(a) is xps and device_of(a) == DEV
+
+
+def _close(a, b, tol):
+    np.testing.assert_allclose(to_numpy(a), to_numpy(b), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("scenario", DENSE)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_scaler_on_strict_device(scenario, weighted):
+    ds = random_dataset(3, scenario=scenario, n_rows=60)
+    rng = np.random.default_rng(0)
+    sw = rng.random(len(ds)) + 0.5 if weighted else None
+    ref = FactorizedStandardScaler().fit(ds, sample_weight=sw)
+    dd = ds.to_device(DEV, namespace=xps)
+    swd = None if sw is None else asarray_on(sw, xps, DEV)
+    est = FactorizedStandardScaler().fit(dd, sample_weight=swd)
+    tol = _tol(ds.dtype)
+    for name in ("mean_", "var_", "scale_"):
+        assert _on_dev(getattr(est, name)), name
+        _close(getattr(est, name), getattr(ref, name), tol)
+    # A dataset stays where it is, with the scaling implicit in its operator.
+    Z = est.transform(dd)
+    assert Z.device == DEV
+    w = rng.standard_normal(ds.shape[1])
+    out = Z.operator.matmul(asarray_on(w, xps, DEV, ds.dtype))
+    assert _on_dev(out)
+    _close(out, ref.transform(ds).operator.matmul(w.astype(ds.dtype)), tol)
+    # Arrays: scaled on the device, returned in the caller's namespace.
+    A = ds.materialize()
+    Ad = asarray_on(A, xps, DEV)
+    At = est.transform(Ad)
+    assert _on_dev(At)
+    _close(At, ref.transform(A), tol)
+    _close(est.inverse_transform(At), A, tol)
+    assert isinstance(est.transform(A), np.ndarray)
+    loaded = pickle.loads(pickle.dumps(est))
+    assert isinstance(loaded.scale_, np.ndarray)
+    _close(loaded.transform(A), ref.transform(A), tol)
+
+
+@pytest.mark.parametrize("scenario", DENSE)
+@pytest.mark.parametrize("n_classes", [2, 3])
+@pytest.mark.parametrize("solver", ["lbfgs", "gd"])
+def test_logistic_regression_on_strict_device(scenario, n_classes, solver):
+    ds = random_dataset(5, scenario=scenario, n_rows=80)
+    rng = np.random.default_rng(1)
+    scores = ds.operator.matmul(
+        rng.standard_normal((ds.shape[1], n_classes)).astype(ds.dtype)
+    )
+    y = np.argmax(scores + rng.standard_normal(scores.shape), axis=1) * 2 + 1
+    sw = rng.random(len(ds)) + 0.5
+    params = dict(solver=solver, max_iter=30, C=2.0)
+    ref = FactorizedLogisticRegression(**params).fit(ds, y, sample_weight=sw)
+    dd = ds.to_device(DEV, namespace=xps)
+    est = FactorizedLogisticRegression(**params).fit(
+        dd, asarray_on(y, xps, DEV), sample_weight=asarray_on(sw, xps, DEV)
+    )
+    tol = 1e-3 if ds.dtype == np.float32 else 1e-6
+    assert _on_dev(est.coef_) and _on_dev(est.intercept_)
+    assert isinstance(est.classes_, np.ndarray)
+    _close(est.coef_, ref.coef_, tol)
+    _close(est.intercept_, ref.intercept_, tol)
+    for method in ("decision_function", "predict_proba", "predict_log_proba"):
+        out = getattr(est, method)(dd)
+        assert _on_dev(out), method
+        _close(out, getattr(ref, method)(ds), tol)
+        assert isinstance(getattr(est, method)(ds), np.ndarray)
+    pred = est.predict(dd)
+    assert _on_dev(pred)
+    np.testing.assert_array_equal(to_numpy(pred), ref.predict(ds))
+    loaded = pickle.loads(pickle.dumps(est))
+    assert isinstance(loaded.coef_, np.ndarray)
+    np.testing.assert_array_equal(loaded.predict(ds), ref.predict(ds))
+    est.set_params(device="cpu")
+    pred_cpu = est.predict(dd)
+    assert _on_dev(pred_cpu)
+
+
+def test_logistic_string_labels_on_strict_arrays():
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((60, 3))
+    y = np.where(X[:, 0] - X[:, 2] > 0, "yes", "no")
+    ref = FactorizedLogisticRegression().fit(X, y)
+    est = FactorizedLogisticRegression().fit(asarray_on(X, xps, DEV), y)
+    _close(est.coef_, ref.coef_, 1e-6)
+    # Labels without an array type come back as NumPy.
+    np.testing.assert_array_equal(est.predict(asarray_on(X, xps, DEV)), ref.predict(X))
+
+
+@pytest.mark.parametrize("scenario", DENSE)
+@pytest.mark.parametrize("init", ["k-means++", "random", "array"])
+def test_kmeans_on_strict_device(scenario, init):
+    from ilargi_sklearn.cluster import FactorizedKMeans
+
+    ds = random_dataset(11, scenario=scenario, n_rows=90)
+    rng = np.random.default_rng(4)
+    sw = rng.random(len(ds)) + 0.5
+    if init == "array":
+        init = ds.materialize()[[0, 10, 20, 30]] + 0.01
+    params = dict(n_clusters=4, init=init, random_state=0, max_iter=50)
+    ref = FactorizedKMeans(**params).fit(ds, sample_weight=sw)
+    dd = ds.to_device(DEV, namespace=xps)
+    est = FactorizedKMeans(**params).fit(dd, sample_weight=asarray_on(sw, xps, DEV))
+    tol = 1e-3 if ds.dtype == np.float32 else 1e-7
+    assert _on_dev(est.cluster_centers_) and _on_dev(est.labels_)
+    np.testing.assert_array_equal(to_numpy(est.labels_), ref.labels_)
+    _close(est.cluster_centers_, ref.cluster_centers_, tol)
+    assert est.inertia_ == pytest.approx(ref.inertia_, rel=tol)
+    assert est.n_iter_ == ref.n_iter_
+    pred = est.predict(dd)
+    assert _on_dev(pred)
+    np.testing.assert_array_equal(to_numpy(pred), ref.predict(ds))
+    dist = est.transform(dd)
+    assert _on_dev(dist)
+    _close(dist, ref.transform(ds), tol)
+    assert est.score(dd) == pytest.approx(ref.score(ds), rel=tol)
+    assert isinstance(est.predict(ds), np.ndarray)
+    loaded = pickle.loads(pickle.dumps(est))
+    assert isinstance(loaded.cluster_centers_, np.ndarray)
+    assert isinstance(loaded.labels_, np.ndarray)
+    np.testing.assert_array_equal(loaded.predict(ds), ref.predict(ds))
+
+
+@pytest.mark.parametrize("name", ["scaler", "logistic", "kmeans"])
+def test_gpu_request_without_gpu_carries_probe_reason(name):
+    from ilargi_sklearn._backend._gpu import probe_gpu
+    from ilargi_sklearn.cluster import FactorizedKMeans
+
+    usable, reason = probe_gpu()
+    if usable:
+        pytest.skip(f"a GPU is usable here: {reason}")
+    make = {
+        "scaler": FactorizedStandardScaler,
+        "logistic": FactorizedLogisticRegression,
+        "kmeans": FactorizedKMeans,
+    }[name]
+    ds = random_dataset(0)
+    y = np.arange(len(ds)) % 2
+    with pytest.raises(RuntimeError) as info:
+        make(device="gpu").fit(ds, y)
+    assert reason in str(info.value)
+    with pytest.raises(ValueError, match="device"):
+        make(device="tpu").fit(ds, y)
