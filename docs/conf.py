@@ -51,7 +51,8 @@ def _planner_page() -> str:
     head = f"{title}\n{'=' * len(title)}\n\n"
     try:
         planner = importlib.import_module("ilargi_sklearn.planner")
-        names = list(planner.__all__)
+        # AutoPlan is documented with the estimators (it is exported at top level).
+        names = [n for n in planner.__all__ if n != "AutoPlan"]
     except (ImportError, AttributeError) as exc:
         return head + (
             "The planner is not installed in the environment this documentation was "

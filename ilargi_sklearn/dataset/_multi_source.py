@@ -756,7 +756,15 @@ class MultiSourceDataset:
         return DatasetDescription(table, summary)
 
     def __repr__(self) -> str:
-        fm = self._factorized()
+        try:
+            fm = self._factorized()
+        except TypeError:
+            # Operators without in-memory terms (a Dask-backed dataset): no per-source
+            # breakdown without touching the cluster.
+            return (
+                f"MultiSourceDataset({len(self):,} rows x {self.shape[1]} features, "
+                f"{self.n_sources} sources on {type(self._op).__name__}; {self.dtype})"
+            )
         parts: dict[int, list[int]] = {}
         for t in fm.terms:
             p = parts.setdefault(t.source, [t.S.shape[0], 0, int(t.is_sparse)])
