@@ -7,7 +7,7 @@ scikit-learn, pandas; no internet needed)::
 
 1. runs ``tests/gpu`` (every operator and the device-ready estimators against CPU);
 2. times each operator and the estimators (linear and logistic regression,
-   k-means, the scaler; GNMF is not device-ready yet), factorized and materialized,
+   k-means, GNMF, the scaler), factorized and materialized,
    on GPU and on CPU, over synthetic star schemas (device synchronized, one warm-up
    discarded, median of ``--repeats``), writing one JSON line per measurement;
 3. prints a short table last.
@@ -29,14 +29,17 @@ import numpy as np
 OPS = ("matmul", "rmatmul", "gram", "col_sums", "row_sq_norms")
 
 
-def _star(n_rows, n_dims=2, dim_rows=10_000, base_cols=4, dim_cols=8, seed=0):
+def _star(
+    n_rows, n_dims=2, dim_rows=10_000, base_cols=4, dim_cols=8, seed=0, nonneg=False
+):
     from ilargi_sklearn import MultiSourceDataset
 
     rng = np.random.default_rng(seed)
-    sources = [rng.standard_normal((n_rows, base_cols))]
+    draw = rng.random if nonneg else rng.standard_normal
+    sources = [draw((n_rows, base_cols))]
     indicators = [None]
     for _ in range(n_dims):
-        sources.append(rng.standard_normal((dim_rows, dim_cols)))
+        sources.append(draw((dim_rows, dim_cols)))
         indicators.append(rng.integers(0, dim_rows, n_rows))
     return MultiSourceDataset.from_matrices(sources, indicators)
 
@@ -100,6 +103,7 @@ def main(argv=None) -> int:
     import cupy
 
     from ilargi_sklearn.cluster import FactorizedKMeans
+    from ilargi_sklearn.decomposition import FactorizedGNMF
     from ilargi_sklearn.linear_model import (
         FactorizedLinearRegression,
         FactorizedLogisticRegression,
@@ -122,6 +126,18 @@ def main(argv=None) -> int:
             ),
             None,
         ),
+        (
+            "gnmf",
+            lambda **kw: FactorizedGNMF(
+                n_components=8,
+                init="random",
+                max_iter=10,
+                tol=0.0,
+                random_state=0,
+                **kw,
+            ),
+            None,
+        ),
         ("standard_scaler", lambda **kw: FactorizedStandardScaler(**kw), None),
     )
 
@@ -134,6 +150,8 @@ def main(argv=None) -> int:
     records = []
     for n in (int(r) for r in args.rows):
         ds_cpu = _star(n)
+        # GNMF needs non-negative data: a second star schema of the same shape.
+        ds_nonneg = _star(n, nonneg=True)
         y = np.random.default_rng(2).standard_normal(n)
         targets = {"y": y, "labels": (y > 0).astype(np.int64), None: None}
         for device in ("cpu", "gpu"):
@@ -164,8 +182,9 @@ def main(argv=None) -> int:
                         continue
                     est = make(**kw)
                     yt = targets[target]
+                    X_fit = ds_nonneg if name == "gnmf" else ds_cpu
                     t = _timed(
-                        lambda est=est, X=ds_cpu, y=yt: est.fit(X, y),
+                        lambda est=est, X=X_fit, y=yt: est.fit(X, y),
                         sync,
                         # Fits are long: one timed run after the warm-up keeps the
                         # whole check under its 5-minute budget.
@@ -183,6 +202,7 @@ def main(argv=None) -> int:
                         )
                     )
             del mat
+        del ds_nonneg
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("a") as fh:

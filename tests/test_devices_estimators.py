@@ -178,3 +178,77 @@ def test_gpu_request_without_gpu_carries_probe_reason(name):
     assert reason in str(info.value)
     with pytest.raises(ValueError, match="device"):
         make(device="tpu").fit(ds, y)
+
+
+@pytest.mark.filterwarnings("ignore:The multiplicative update solver")
+@pytest.mark.parametrize("scenario", DENSE)
+@pytest.mark.parametrize("init", ["random", "nndsvd", "nndsvda", "nndsvdar"])
+def test_gnmf_on_strict_device(scenario, init):
+    from ilargi_sklearn.decomposition import FactorizedGNMF
+
+    ds = random_dataset(3, scenario=scenario, n_rows=60, nonneg=True)
+    params = dict(n_components=3, init=init, random_state=0, max_iter=60)
+    ref = FactorizedGNMF(**params)
+    W_ref = ref.fit_transform(ds)
+    dd = ds.to_device(DEV, namespace=xps)
+    est = FactorizedGNMF(**params)
+    W = est.fit_transform(dd)
+    # QR instead of LU in the device SVD, and pairwise sums: rounding only.
+    tol = 1e-4 if ds.dtype == np.float32 else 1e-10
+    assert _on_dev(W) and _on_dev(est.components_)
+    assert est.n_iter_ == ref.n_iter_
+    _close(W, W_ref, tol)
+    _close(est.components_, ref.components_, tol)
+    assert est.reconstruction_err_ == pytest.approx(ref.reconstruction_err_, rel=tol)
+    out = est.transform(dd)
+    assert _on_dev(out)
+    _close(out, ref.transform(ds), tol)
+    assert isinstance(est.transform(ds), np.ndarray)
+    back = est.inverse_transform(W)
+    assert _on_dev(back)
+    _close(back, ref.inverse_transform(W_ref), tol)
+    loaded = pickle.loads(pickle.dumps(est))
+    assert isinstance(loaded.components_, np.ndarray)
+    _close(loaded.transform(ds), ref.transform(ds), tol)
+
+
+def test_gnmf_custom_init_arrays_and_device_cpu_on_strict():
+    from ilargi_sklearn.decomposition import FactorizedGNMF
+
+    ds = random_dataset(4, scenario="star", n_rows=50, nonneg=True)
+    A = ds.materialize()
+    rng = np.random.default_rng(5)
+    W0 = rng.random((A.shape[0], 2))
+    H0 = rng.random((2, A.shape[1]))
+    params = dict(n_components=2, init="custom", max_iter=40, tol=0)
+    ref = FactorizedGNMF(**params)
+    W_ref = ref.fit_transform(A, W=W0, H=H0)
+    Ad = asarray_on(A, xps, DEV)
+    W0d, H0d = asarray_on(W0, xps, DEV), asarray_on(H0, xps, DEV)
+    est = FactorizedGNMF(**params)
+    W = est.fit_transform(Ad, W=W0d, H=H0d)
+    assert _on_dev(W) and _on_dev(est.components_)
+    _close(W, W_ref, 1e-10)
+    _close(est.components_, ref.components_, 1e-10)
+    # The caller's initial factors are not modified.
+    _close(W0d, W0, 0)
+    # device="cpu": the fit runs on NumPy, W comes back on the caller's device.
+    cpu = FactorizedGNMF(device="cpu", **params)
+    Wc = cpu.fit_transform(Ad, W=W0d, H=H0d)
+    assert _on_dev(Wc) and isinstance(cpu.components_, np.ndarray)
+    _close(Wc, W_ref, 1e-12)
+
+
+def test_gnmf_gpu_request_without_gpu_carries_probe_reason():
+    from ilargi_sklearn._backend._gpu import probe_gpu
+    from ilargi_sklearn.decomposition import FactorizedGNMF
+
+    usable, reason = probe_gpu()
+    if usable:
+        pytest.skip(f"a GPU is usable here: {reason}")
+    ds = random_dataset(0, nonneg=True)
+    with pytest.raises(RuntimeError) as info:
+        FactorizedGNMF(2, device="gpu").fit(ds)
+    assert reason in str(info.value)
+    with pytest.raises(ValueError, match="device"):
+        FactorizedGNMF(2, device="tpu").fit(ds)

@@ -28,6 +28,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.extmath import row_norms
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
+from ilargi_sklearn._backend._cuml import fit_cuml, use_cuml
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
     get_namespace,
@@ -579,7 +580,9 @@ class FactorizedKMeans(
         ``cluster_centers_`` and ``labels_`` stay where the fit ran;
         ``predict``/``transform`` return the caller's array type; pickles hold
         NumPy arrays. "gpu" without a usable GPU raises a ``RuntimeError`` with the
-        probe's reason.
+        probe's reason. A materialized dense plan on the GPU is fitted by cuML's
+        ``KMeans`` when cuML is installed (its seeding differs: "k-means++"
+        becomes k-means||).
 
     Attributes
     ----------
@@ -752,6 +755,24 @@ class FactorizedKMeans(
         init = self.init
         if self._init_is_array():
             init = self._check_init_array(n_features, op.dtype)
+        if use_cuml(op, self.strategy):
+            # cuML's Lloyd on the materialized GPU matrix (_backend._cuml).
+            fitted = fit_cuml(
+                "kmeans",
+                op,
+                None,
+                sample_weight,
+                n_clusters=self.n_clusters,
+                init=init,
+                n_init=n_init,
+                max_iter=self.max_iter,
+                tol=self.tol,
+                random_state=random_state,
+            )
+            for name, value in fitted.items():
+                setattr(self, name, value)
+            self._n_features_out = self.n_clusters
+            return op
 
         # Subtract the mean of dense data for accurate distances, implicitly (as
         # scikit-learn does explicitly); sparse data stay uncentered.

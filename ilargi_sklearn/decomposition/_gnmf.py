@@ -30,7 +30,22 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.extmath import squared_norm, svd_flip
 from sklearn.utils.validation import check_is_fitted, check_non_negative
 
-from ilargi_sklearn.utils._validation import validate_X
+from ilargi_sklearn._backend._namespace import (
+    asarray_on,
+    device_of,
+    get_namespace,
+    is_numpy_namespace,
+    namespace_dtype,
+    numpy_dtype,
+    to_numpy,
+)
+from ilargi_sklearn.utils._validation import (
+    DEVICES,
+    DeviceMixin,
+    _is_host,
+    input_namespace,
+    validate_X,
+)
 
 __all__ = ["FactorizedGNMF"]
 
@@ -49,9 +64,14 @@ def _trace_dot(X, Y):
 def _data_mean(op):
     """Mean of all entries of ``T``, from its column sums."""
     n_samples, n_features = op.shape
-    return float(np.asarray(op.col_sums(), dtype=np.float64).sum()) / (
+    return float(np.asarray(to_numpy(op.col_sums()), dtype=np.float64).sum()) / (
         n_samples * n_features
     )
+
+
+def _norm_sq(op):
+    """``||T||_F^2``, from the column sums of squares."""
+    return float(np.asarray(to_numpy(op.col_sq_sums()), dtype=np.float64).sum())
 
 
 def _frobenius_error(norm_X, W, H, XHt):
@@ -145,7 +165,7 @@ def _fit_multiplicative_update(op, W, H, max_iter=200, tol=1e-4, update_H=True):
     error : float or None
         ``||T - WH||_F`` of the returned factors when the last check computed it.
     """
-    norm_X = float(np.asarray(op.col_sq_sums(), dtype=np.float64).sum())
+    norm_X = _norm_sq(op)
     # T H^T of the initial H serves both the initial error and the first W update.
     XHt = np.asarray(op.matmul(np.ascontiguousarray(H.T)), dtype=W.dtype)
     error_at_init = _frobenius_error(norm_X, W, H, XHt)
@@ -166,6 +186,70 @@ def _fit_multiplicative_update(op, W, H, max_iter=200, tol=1e-4, update_H=True):
             logger.debug("Epoch %02d, error: %f", n_iter, error)
             # An exact initial fit stays exact (the updates are then identities);
             # scikit-learn divides by zero here and iterates on with NaNs.
+            if error_at_init == 0 or (previous_error - error) / error_at_init < tol:
+                break
+            previous_error = error
+    return W, H, n_iter, error
+
+
+# ------------------------------------------------------- kernels on a device
+# The same updates for an operator on a device (CuPy, array_api_strict): W (the
+# n-length factor) and every n-length product (T H^T, W H H^T) stay on the device,
+# and so do H and the small products (H H^T, W^T W), so that an iteration needs no
+# transfer at all; only the loss (every ten iterations) crosses, as two scalars.
+
+
+def _trace_dot_xp(xp, X, Y):
+    """``trace(X @ Y.T)`` on a device (one dot product of the flattened arrays)."""
+    return float(xp.reshape(X, (-1,)) @ xp.reshape(Y, (-1,)))
+
+
+def _frobenius_error_xp(xp, norm_X, W, H, XHt):
+    """:func:`_frobenius_error` on a device (``W^T W`` first: it is small)."""
+    norm_WH = _trace_dot_xp(xp, (xp.matrix_transpose(W) @ W) @ H, H)
+    cross_prod = _trace_dot_xp(xp, XHt, W)
+    res = (norm_X + norm_WH - 2.0 * cross_prod) / 2.0
+    return sqrt(2.0 * max(res, 0.0))
+
+
+def _fit_multiplicative_update_xp(op, W, H, max_iter=200, tol=1e-4, update_H=True):
+    """:func:`_fit_multiplicative_update` with ``W`` and ``H`` arrays on ``op``'s
+    device (same update order, ``EPSILON`` guard and stopping rule)."""
+    xp = op.xp
+    eps = xp.asarray(float(EPSILON), dtype=W.dtype, device=device_of(W))
+
+    def guard(denominator):
+        return xp.where(denominator == 0, eps, denominator)
+
+    def t_ht(H):
+        XHt = op.matmul(xp.matrix_transpose(H))
+        return XHt if XHt.dtype == W.dtype else xp.astype(XHt, W.dtype)
+
+    norm_X = _norm_sq(op)
+    XHt = t_ht(H)
+    error_at_init = _frobenius_error_xp(xp, norm_X, W, H, XHt)
+    previous_error = error_at_init
+    error = None
+    HHt = None
+    for n_iter in range(1, max_iter + 1):
+        if XHt is None:
+            XHt = t_ht(H)
+        if HHt is None:
+            HHt = H @ xp.matrix_transpose(H)
+        W = W * (XHt / guard(W @ HHt))
+        XHt = None if update_H else XHt
+        error = None
+        if update_H:
+            numerator = xp.matrix_transpose(op.rmatmul(W))
+            if numerator.dtype != H.dtype:
+                numerator = xp.astype(numerator, H.dtype)
+            H = H * (numerator / guard((xp.matrix_transpose(W) @ W) @ H))
+            HHt = None
+        if tol > 0 and n_iter % 10 == 0:
+            if XHt is None:
+                XHt = t_ht(H)
+            error = _frobenius_error_xp(xp, norm_X, W, H, XHt)
+            logger.debug("Epoch %02d, error: %f", n_iter, error)
             if error_at_init == 0 or (previous_error - error) / error_at_init < tol:
                 break
             previous_error = error
@@ -259,6 +343,7 @@ def _initialize_gnmf(op, n_components, init=None, eps=1e-6, random_state=None):
     if init is None:
         init = "nndsvda" if n_components <= min(n_samples, n_features) else "random"
 
+    on_device = not is_numpy_namespace(op.xp)
     if init == "random":
         avg = np.sqrt(_data_mean(op) / n_components)
         rng = check_random_state(random_state)
@@ -270,8 +355,16 @@ def _initialize_gnmf(op, n_components, init=None, eps=1e-6, random_state=None):
         )
         np.abs(H, out=H)
         np.abs(W, out=W)
+        if on_device:
+            # Drawn on the host (the same stream as on the CPU), uploaded once.
+            return (
+                asarray_on(W, op.xp, op.device, dtype),
+                asarray_on(H, op.xp, op.device, dtype),
+            )
         return W.astype(dtype, copy=False), H.astype(dtype, copy=False)
 
+    if on_device:
+        return _nndsvd_xp(op, n_components, init, eps, random_state)
     U, S, V = _randomized_svd(op, n_components, random_state)
     W = np.zeros_like(U)
     H = np.zeros_like(V)
@@ -306,6 +399,121 @@ def _initialize_gnmf(op, n_components, init=None, eps=1e-6, random_state=None):
     return W.astype(dtype, copy=False), H.astype(dtype, copy=False)
 
 
+def _svd_flip_xp(xp, u, v, u_based_decision=True):
+    """scikit-learn's ``svd_flip`` on a device: the largest entry (in absolute
+    value) of each column of ``u`` (or row of ``v``) is made positive."""
+    if u_based_decision:
+        ref = xp.matrix_transpose(u)
+    else:
+        ref = v
+    n, m = ref.shape
+    rows = xp.argmax(xp.abs(ref), axis=1)
+    flat = rows + xp.arange(n, dtype=rows.dtype, device=device_of(ref)) * m
+    signs = xp.sign(xp.take(xp.reshape(ref, (-1,)), flat, axis=0))
+    return u * signs[None, :], v * signs[:, None]
+
+
+def _randomized_svd_xp(op, n_components, random_state, n_oversamples=10):
+    """:func:`_randomized_svd` with every n-length array on ``op``'s device.
+
+    Same random matrix (drawn on the host, uploaded once), iteration count and
+    sign flip. The power iterations are normalized by QR on the device instead of
+    LU on the host (SciPy's ``lu``): both span the same subspace, so the returned
+    triplets agree with the NumPy path up to rounding, without an n-length round
+    trip per iteration.
+    """
+    xp, dev = op.xp, op.device
+    random_state = check_random_state(random_state)
+    n_samples, n_features = op.shape
+    n_random = n_components + n_oversamples
+    n_iter = 7 if n_components < 0.1 * min(n_samples, n_features) else 4
+    transpose = n_samples < n_features
+    if transpose:
+        matmul, rmatmul, n_cols = op.rmatmul, op.matmul, n_samples
+    else:
+        matmul, rmatmul, n_cols = op.matmul, op.rmatmul, n_features
+    Q = random_state.normal(size=(n_cols, n_random))
+    dtype = np.float32 if op.dtype == np.float32 else np.float64
+    Q = asarray_on(Q.astype(dtype, copy=False), xp, dev)
+    for _ in range(n_iter):
+        Q = matmul(Q)
+        if n_iter > 2:
+            Q, _ = xp.linalg.qr(Q)
+        Q = rmatmul(Q)
+        if n_iter > 2:
+            Q, _ = xp.linalg.qr(Q)
+    Q, _ = xp.linalg.qr(matmul(Q))
+    B = xp.matrix_transpose(rmatmul(Q))
+    Uhat, s, Vt = xp.linalg.svd(B, full_matrices=False)
+    U = Q @ Uhat
+    if not transpose:
+        U, Vt = _svd_flip_xp(xp, U, Vt)
+        return U[:, :n_components], s[:n_components], Vt[:n_components, :]
+    U, Vt = _svd_flip_xp(xp, U, Vt, u_based_decision=False)
+    return (
+        xp.matrix_transpose(Vt[:n_components, :]),
+        s[:n_components],
+        xp.matrix_transpose(U[:, :n_components]),
+    )
+
+
+def _fill_zeros_xp(xp, A, values):
+    """``A[A == 0] = values`` (row-major order of the zeros) without fancy
+    indexing: the k-th zero takes ``values[k]``."""
+    mask = xp.reshape(A == 0, (-1,))
+    rank = xp.cumulative_sum(xp.astype(mask, xp.int64)) - 1
+    rank = xp.clip(rank, min=0)
+    vals = asarray_on(values, xp, device_of(A), values.dtype)
+    flat = xp.where(mask, xp.take(vals, rank, axis=0), xp.reshape(A, (-1,)))
+    return xp.reshape(flat, A.shape)
+
+
+def _nndsvd_xp(op, n_components, init, eps, random_state):
+    """The NNDSVD initializations of :func:`_initialize_gnmf` on a device."""
+    xp = op.xp
+    dtype = namespace_dtype(xp, op.dtype)
+    U, S, V = _randomized_svd_xp(op, n_components, random_state)
+    S = to_numpy(S)
+    zero = xp.zeros_like(U[:, 0])
+    w_cols = [float(np.sqrt(S[0])) * xp.abs(U[:, 0])]
+    h_rows = [float(np.sqrt(S[0])) * xp.abs(V[0, :])]
+    for j in range(1, n_components):
+        x, y = U[:, j], V[j, :]
+        x_p, y_p = xp.maximum(x, zero), xp.maximum(y, xp.zeros_like(y))
+        x_n, y_n = xp.abs(xp.minimum(x, zero)), xp.abs(xp.minimum(y, xp.zeros_like(y)))
+        x_p_nrm, y_p_nrm = sqrt(float(x_p @ x_p)), sqrt(float(y_p @ y_p))
+        x_n_nrm, y_n_nrm = sqrt(float(x_n @ x_n)), sqrt(float(y_n @ y_n))
+        m_p, m_n = x_p_nrm * y_p_nrm, x_n_nrm * y_n_nrm
+        if m_p > m_n:
+            u, v, sigma = x_p / x_p_nrm, y_p / y_p_nrm, m_p
+        else:
+            u, v, sigma = x_n / x_n_nrm, y_n / y_n_nrm, m_n
+        lbd = float(np.sqrt(S[j] * sigma))
+        w_cols.append(lbd * u)
+        h_rows.append(lbd * v)
+    W = xp.stack(w_cols, axis=1)
+    H = xp.stack(h_rows, axis=0)
+    W = xp.where(W < eps, xp.zeros_like(W), W)
+    H = xp.where(H < eps, xp.zeros_like(H), H)
+    if init == "nndsvda":
+        avg = _data_mean(op)
+        W = xp.where(W == 0, xp.full_like(W, avg), W)
+        H = xp.where(H == 0, xp.full_like(H, avg), H)
+    elif init == "nndsvdar":
+        rng = check_random_state(random_state)
+        avg = _data_mean(op)
+        for name, A in (("W", W), ("H", H)):
+            n_zeros = int(xp.sum(xp.astype(A == 0, xp.int64)))
+            vals = np.abs(avg * rng.standard_normal(size=n_zeros) / 100)
+            if n_zeros:
+                A = _fill_zeros_xp(xp, A, vals.astype(numpy_dtype(A.dtype)))
+            if name == "W":
+                W = A
+            else:
+                H = A
+    return xp.astype(W, dtype), xp.astype(H, dtype)
+
+
 def _check_init(A, shape, whom):
     """Validate a user-given W or H (shape, non-negative, not all zeros)."""
     A = check_array(A)
@@ -326,7 +534,9 @@ def _check_init(A, shape, whom):
 
 
 # ------------------------------------------------------------------------ estimator
-class FactorizedGNMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+class FactorizedGNMF(
+    DeviceMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
+):
     """Gaussian NMF (Frobenius loss) on a multi-source dataset without the join.
 
     Finds non-negative ``W`` (n_samples x n_components) and ``H`` (n_components x
@@ -353,11 +563,23 @@ class FactorizedGNMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         For a :class:`~ilargi_sklearn.MultiSourceDataset`: compute on the sources
         ("factorized") or on the joined matrix built once ("materialized"). Arrays
         are always used as they are.
+    device : {"auto", "cpu", "gpu"}, default="auto"
+        Where ``fit`` and ``transform`` compute: "auto" where the data lives,
+        "cpu", or "gpu" (CuPy; a dataset is moved once and its device copy
+        cached). On a device ``W`` (the n-length factor) and every n-length
+        product stay there, and so do ``H`` and the small products, so an
+        iteration transfers nothing; the "random" initialization is drawn on the
+        host (the CPU's random stream) and uploaded once, and the "nndsvd*"
+        randomized SVD runs on the device (QR-normalized power iterations, equal
+        to the CPU's LU-normalized ones up to rounding). ``components_`` stays
+        where the fit ran; ``fit_transform``/``transform`` return ``W`` in the
+        caller's array type; pickles hold NumPy arrays. "gpu" without a usable
+        GPU raises a ``RuntimeError`` with the probe's reason.
 
     Attributes
     ----------
     components_ : ndarray of shape (n_components, n_features)
-        The factor ``H``.
+        The factor ``H`` (on the device the fit ran on).
     n_components_ : int
         The rank.
     reconstruction_err_ : float
@@ -439,6 +661,7 @@ class FactorizedGNMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         "tol": [Interval(Real, 0, None, closed="left")],
         "random_state": ["random_state"],
         "strategy": [StrOptions({"factorized", "materialized"})],
+        "device": [StrOptions(set(DEVICES))],
     }
 
     def __init__(
@@ -450,6 +673,7 @@ class FactorizedGNMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         tol=1e-4,
         random_state=None,
         strategy="factorized",
+        device="auto",
     ):
         self.n_components = n_components
         self.init = init
@@ -457,6 +681,7 @@ class FactorizedGNMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         self.tol = tol
         self.random_state = random_state
         self.strategy = strategy
+        self.device = device
 
     def _check_w_h(self, op, W, H):
         n_samples, n_features = op.shape
@@ -465,6 +690,9 @@ class FactorizedGNMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             n_components = n_features
         if self.init == "custom":
             name = type(self).__name__
+            # Checked on the host (a copy when they came from a device).
+            W = W if W is None or _is_host(W) else to_numpy(W)
+            H = H if H is None or _is_host(H) else to_numpy(H)
             H = _check_init(H, (n_components, n_features), f"{name} (input H)")
             W = _check_init(W, (n_samples, n_components), f"{name} (input W)")
             if H.dtype != op.dtype or W.dtype != op.dtype:
@@ -476,6 +704,11 @@ class FactorizedGNMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             if H.shape[0] != W.shape[1]:
                 raise ValueError(
                     f"W has {W.shape[1]} columns but H has {H.shape[0]} rows."
+                )
+            if not is_numpy_namespace(op.xp):
+                return (
+                    asarray_on(W, op.xp, op.device),
+                    asarray_on(H, op.xp, op.device),
                 )
             # The updates are in place: never modify the caller's arrays.
             return W.copy(), H.copy()
@@ -531,24 +764,42 @@ class FactorizedGNMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         W : ndarray of shape (n_samples, n_components)
             The factor ``W`` of the training data.
         """
+        xp_in, device_in = input_namespace(X)
         op = validate_X(
-            self, X, reset=True, strategy=self.strategy, ensure_non_negative=True
+            self,
+            X,
+            reset=True,
+            strategy=self.strategy,
+            ensure_non_negative=True,
+            device=self.device,
         )
         W, H = self._check_w_h(op, W, H)
-        W, H, n_iter, error = _fit_multiplicative_update(
-            op, W, H, max_iter=self.max_iter, tol=self.tol, update_H=True
-        )
-        self._warn_max_iter(n_iter)
-        if error is None:
-            norm_X = float(np.asarray(op.col_sq_sums(), dtype=np.float64).sum())
-            error = _frobenius_error(
-                norm_X, W, H, np.asarray(op.matmul(np.ascontiguousarray(H.T)))
+        xp = op.xp
+        if is_numpy_namespace(xp):
+            W, H, n_iter, error = _fit_multiplicative_update(
+                op, W, H, max_iter=self.max_iter, tol=self.tol, update_H=True
             )
+            if error is None:
+                error = _frobenius_error(
+                    _norm_sq(op),
+                    W,
+                    H,
+                    np.asarray(op.matmul(np.ascontiguousarray(H.T))),
+                )
+        else:
+            W, H, n_iter, error = _fit_multiplicative_update_xp(
+                op, W, H, max_iter=self.max_iter, tol=self.tol, update_H=True
+            )
+            if error is None:
+                XHt = op.matmul(xp.matrix_transpose(H))
+                error = _frobenius_error_xp(xp, _norm_sq(op), W, H, XHt)
+        self._warn_max_iter(n_iter)
         self.reconstruction_err_ = error
-        self.n_components_ = H.shape[0]
+        self.n_components_ = int(H.shape[0])
+        # Fitted attributes stay where the fit ran.
         self.components_ = H
         self.n_iter_ = n_iter
-        return W
+        return _to_caller(W, xp, xp_in, device_in)
 
     def fit(self, X, y=None, **params):
         """Learn the factorization.
@@ -586,17 +837,33 @@ class FactorizedGNMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             The factor ``W`` of ``X``.
         """
         check_is_fitted(self)
+        xp_in, device_in = input_namespace(X)
         op = validate_X(
-            self, X, reset=False, strategy=self.strategy, ensure_non_negative=True
+            self,
+            X,
+            reset=False,
+            strategy=self.strategy,
+            ensure_non_negative=True,
+            device=self.device,
         )
-        H = self.components_.astype(op.dtype, copy=True)
+        xp = op.xp
         avg = np.sqrt(_data_mean(op) / self.n_components_)
-        W = np.full((op.n_rows, self.n_components_), avg, dtype=op.dtype)
-        W, _, n_iter, _ = _fit_multiplicative_update(
-            op, W, H, max_iter=self.max_iter, tol=self.tol, update_H=False
-        )
+        shape = (op.n_rows, self.n_components_)
+        if is_numpy_namespace(xp):
+            H = to_numpy(self.components_).astype(op.dtype, copy=True)
+            W = np.full(shape, avg, dtype=op.dtype)
+            W, _, n_iter, _ = _fit_multiplicative_update(
+                op, W, H, max_iter=self.max_iter, tol=self.tol, update_H=False
+            )
+        else:
+            H = asarray_on(self.components_, xp, op.device, op.dtype)
+            dtype = namespace_dtype(xp, op.dtype)
+            W = xp.full(shape, float(avg), dtype=dtype, device=op.device)
+            W, _, n_iter, _ = _fit_multiplicative_update_xp(
+                op, W, H, max_iter=self.max_iter, tol=self.tol, update_H=False
+            )
         self._warn_max_iter(n_iter)
-        return W
+        return _to_caller(W, xp, xp_in, device_in)
 
     def inverse_transform(self, X):
         """Map ``W`` back to the data space: ``W @ components_``.
@@ -612,7 +879,11 @@ class FactorizedGNMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
             The reconstruction (dense: it is the joined matrix's size).
         """
         check_is_fitted(self)
-        return X @ self.components_
+        H = self.components_
+        if _is_host(X) and _is_host(H):
+            return X @ H
+        # The (small) components go to where ``X`` is.
+        return X @ asarray_on(H, get_namespace(X), device_of(X))
 
     @property
     def _n_features_out(self):
@@ -624,3 +895,10 @@ class FactorizedGNMF(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEsti
         tags.input_tags.sparse = True
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
+
+
+def _to_caller(out, xp, xp_in, device_in):
+    """``out`` (computed in ``xp``) in the caller's namespace and on its device."""
+    if xp is xp_in or (is_numpy_namespace(xp) and is_numpy_namespace(xp_in)):
+        return out
+    return asarray_on(out, xp_in, device_in)

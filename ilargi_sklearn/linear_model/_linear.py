@@ -15,6 +15,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_sample_weight, _check_y, check_is_fitted
 
+from ilargi_sklearn._backend._cuml import fit_cuml, use_cuml
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
     is_numpy_namespace,
@@ -376,7 +377,8 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
         refinement steps' parameter-sized algebra run on the host. ``coef_`` and
         ``intercept_`` stay where the fit ran; ``predict`` returns the caller's
         array type; pickles hold NumPy arrays. "gpu" without a usable GPU raises a
-        ``RuntimeError`` with the probe's reason.
+        ``RuntimeError`` with the probe's reason. A materialized dense plan on
+        the GPU is solved by cuML (``algorithm="eig"``) when cuML is installed.
 
     Attributes
     ----------
@@ -523,6 +525,14 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
         n_samples, n_features = op.shape
         Y = np.asarray(y, dtype=np.float64).reshape(n_samples, -1)
 
+        if self.solver == "normal" and use_cuml(op, self.strategy):
+            # cuML's "eig" solver on the materialized GPU matrix (_backend._cuml).
+            fitted = fit_cuml(
+                "linear", op, y, sample_weight, fit_intercept=self.fit_intercept
+            )
+            for name, value in fitted.items():
+                setattr(self, name, value)
+            return self
         if on_device:
             if self.solver == "gd" or op.is_sparse:
                 raise NotImplementedError(

@@ -17,6 +17,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, _check_y, check_is_fitted
 
+from ilargi_sklearn._backend._cuml import fit_cuml, use_cuml
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
     is_numpy_namespace,
@@ -93,7 +94,9 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
         ``intercept_`` stay where the fit ran (``classes_`` is always NumPy);
         predictions come back in the caller's array type (labels that are not
         numbers as NumPy); pickles hold NumPy arrays. "gpu" without a usable GPU
-        raises a ``RuntimeError`` with the probe's reason.
+        raises a ``RuntimeError`` with the probe's reason. A materialized dense
+        plan on the GPU with ``solver="lbfgs"`` is fitted by cuML's L-BFGS
+        (``solver="qn"``) when cuML is installed.
 
     Attributes
     ----------
@@ -262,6 +265,23 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
             target = asarray_on(target, xp, op.device)
             if sample_weight is not None:
                 sample_weight = asarray_on(sample_weight, xp, op.device)
+        if self.solver == "lbfgs" and use_cuml(op, self.strategy):
+            # cuML's L-BFGS (qn) on the materialized GPU matrix (_backend._cuml).
+            fitted = fit_cuml(
+                "logistic",
+                op,
+                y_codes,
+                sample_weight,
+                penalty=self.penalty,
+                C=self.C,
+                fit_intercept=self.fit_intercept,
+                max_iter=self.max_iter,
+                tol=self.tol,
+            )
+            self.classes_ = classes
+            for name, value in fitted.items():
+                setattr(self, name, value)
+            return self
         args = (
             op,
             target,

@@ -148,3 +148,36 @@ def test_kmeans_gpu_vs_cpu(scenario):
     pred = est.predict(ds)
     assert isinstance(pred, np.ndarray)
     np.testing.assert_array_equal(pred, ref.predict(ds))
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("scenario", ["star", "left", "snowflake", "sparse", "float32"])
+@pytest.mark.parametrize("init", ["random", "nndsvda"])
+def test_gnmf_gpu_vs_cpu(scenario, init):
+    from ilargi_sklearn.decomposition import FactorizedGNMF
+
+    ds = random_dataset(10, scenario=scenario, n_rows=300, nonneg=True)
+    params = dict(n_components=3, init=init, random_state=0, max_iter=50)
+    ref = FactorizedGNMF(**params)
+    W_ref = ref.fit_transform(ds)
+    est = FactorizedGNMF(device="gpu", **params)
+    W = est.fit_transform(ds)  # host data: W comes back as NumPy
+    assert isinstance(W, np.ndarray)
+    assert _is_cupy(est.components_)
+    # 50 multiplicative updates amplify the cuSPARSE / atomic rounding a little.
+    tol = 1e-3 if ds.dtype == np.float32 else 1e-8
+    scale = float(np.max(W_ref))
+    np.testing.assert_allclose(W, W_ref, rtol=tol, atol=tol * scale)
+    np.testing.assert_allclose(
+        to_numpy(est.components_),
+        ref.components_,
+        rtol=tol,
+        atol=tol * float(np.max(ref.components_)),
+    )
+    assert est.reconstruction_err_ == pytest.approx(ref.reconstruction_err_, rel=tol)
+    dg = ds.to_device("gpu")
+    out = est.transform(dg)
+    assert _is_cupy(out)
+    np.testing.assert_allclose(
+        to_numpy(out), ref.transform(ds), rtol=tol, atol=tol * scale
+    )
