@@ -505,3 +505,88 @@ def test_linear_ill_conditioned_with_large_means_matches_sklearn():
     est = FactorizedLinearRegression().fit(X, y)
     np.testing.assert_allclose(est.predict(X), ref.predict(X), rtol=1e-10)
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-8, atol=1e-8)
+
+
+def test_linear_wide_sparse_dataset_uses_lsqr_like_sklearn():
+    # A wide, rank-deficient one-hot dimension source (more columns than rows):
+    # above the threshold a sparse problem goes to LSQR, which scikit-learn's
+    # LinearRegression also uses for sparse input; the predictions agree.
+    rng = np.random.default_rng(23)
+    n_rows, dim_rows = 2000, 60
+    n_dim_cols = linear_module._MAX_DENSE_GRAM_FEATURES + 5
+    base = sp.csr_matrix(rng.standard_normal((n_rows, 3)))
+    hot = rng.integers(0, n_dim_cols, (dim_rows, 2))
+    dim = sp.csr_matrix(
+        (np.ones(2 * dim_rows), (np.repeat(np.arange(dim_rows), 2), hot.ravel())),
+        shape=(dim_rows, n_dim_cols),
+    )
+    fk = rng.integers(0, dim_rows, n_rows)
+    ds = MultiSourceDataset.from_matrices([base, dim], [None, fk])
+    T = sp.csr_matrix(ds.materialize())
+    y = T @ rng.standard_normal(T.shape[1]) + 0.1 * rng.standard_normal(n_rows)
+    est = FactorizedLinearRegression().fit(ds, y)
+    assert est.n_iter_ > 1
+    # scikit-learn's lsqr at the tolerance of the factorized LSQR path (1e-12).
+    ref = LinearRegression(tol=1e-12).fit(T, y)
+    np.testing.assert_allclose(est.predict(ds), ref.predict(T), rtol=1e-7, atol=1e-8)
+    assert est.score(ds, y) == pytest.approx(ref.score(T, y), abs=1e-8)
+
+
+def test_linear_dense_data_keep_the_exact_path_above_the_sparse_threshold(
+    monkeypatch,
+):
+    # The LSQR switch is for sparse data only: dense data of any width keep the
+    # normal equations (scikit-learn parity, minimum-norm on rank deficiency).
+    monkeypatch.setattr(linear_module, "_MAX_DENSE_GRAM_FEATURES", 3)
+    rng = np.random.default_rng(29)
+    X = rng.standard_normal((200, 6))
+    X = np.column_stack([X, X[:, 0] + X[:, 1]])  # rank-deficient
+    y = X @ rng.standard_normal(7) + 2.0
+    est = FactorizedLinearRegression().fit(X, y)
+    assert est.n_iter_ == 1
+    ref = LinearRegression().fit(X, y)
+    np.testing.assert_allclose(est.predict(X), ref.predict(X), rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-8, atol=1e-8)
+
+
+def test_blocked_padded_gather_and_cached_column_index(monkeypatch):
+    # Small row blocks, left joins (-1 entries), row slices: the blocked matmul with
+    # the once-padded source products and the per-term cached column index equals
+    # the materialized product.
+    import ilargi_sklearn.dataset._operators as operators_module
+    from ilargi_sklearn._backend import RowMap
+
+    monkeypatch.setattr(operators_module, "_BLOCK_BYTES", 64)
+    ds = random_dataset(31, n_rows=3000, scenario="left")
+    op = ds.operator
+    assert any(t.rows.has_missing for t in op.terms)
+    rng = np.random.default_rng(31)
+    for W in (rng.standard_normal(ds.shape[1]), rng.standard_normal((ds.shape[1], 3))):
+        np.testing.assert_allclose(
+            op.matmul(W), ds.materialize() @ W, rtol=1e-12, atol=1e-12
+        )
+    rows = rng.permutation(3000)[:1500]
+    sub = op.take_rows(rows)
+    for t, s in zip(op.terms, sub.terms):
+        assert type(s.col_index) is type(t.col_index)
+        np.testing.assert_array_equal(np.arange(ds.shape[1])[s.col_index], s.cols)
+    W = rng.standard_normal((ds.shape[1], 2))
+    np.testing.assert_allclose(
+        sub.matmul(W), ds.materialize()[rows] @ W, rtol=1e-12, atol=1e-12
+    )
+    np.testing.assert_allclose(
+        sub.materialize("dense"), ds.materialize()[rows], rtol=0, atol=0
+    )
+    # RowMap: a padded blocked gather equals the unpadded and the full one.
+    rm = RowMap(np.array([2, -1, 0, -1, 1, 2, -1]), 3)
+    Z = rng.standard_normal((3, 2))
+    full = rm.gather(Z)
+    np.testing.assert_array_equal(full[[1, 3, 6]], 0.0)
+    padded = rm.pad(Z)
+    assert padded.shape == (4, 2)
+    for sel in (slice(0, 2), slice(2, 7), slice(5, 7)):
+        np.testing.assert_array_equal(rm.gather(padded, sel, padded=True), full[sel])
+        np.testing.assert_array_equal(rm.gather(Z, sel), full[sel])
+    # Nothing to pad without missing entries: the same array back.
+    Z2 = Z[:2]
+    assert RowMap(np.array([0, 1, 1]), 2).pad(Z2) is Z2

@@ -479,7 +479,26 @@ class RowMap:
         )
 
     # -- products ----------------------------------------------------------------
-    def gather(self, Z: Any, rows: slice | None = None) -> Any:
+    def pad(self, Z: Any) -> Any:
+        """``Z`` ready for ``gather(..., padded=True)``: a zero row appended if needed.
+
+        Only a dense ``Z`` of a row map with missing entries is copied (index -1 then
+        picks the zero row, so a gather needs no masking pass); otherwise ``Z`` is
+        returned as it is. Callers that gather one ``Z`` in several row blocks pad it
+        once.
+        """
+        if self._idx is None or Z is None or is_sparse(Z) or not self.has_missing:
+            return Z
+        if self._xp is not None:
+            xp = self._xp
+            zero = xp.zeros(
+                (1,) + tuple(Z.shape[1:]), dtype=Z.dtype, device=device_of(Z)
+            )
+            return xp.concat([Z, zero], axis=0)
+        Z = np.asarray(Z)
+        return np.concatenate([Z, np.zeros((1,) + Z.shape[1:], dtype=Z.dtype)])
+
+    def gather(self, Z: Any, rows: slice | None = None, *, padded: bool = False) -> Any:
         """``I @ Z``: row ``i`` of the result is ``Z[idx[i]]`` (zeros where -1).
 
         Parameters
@@ -489,6 +508,9 @@ class RowMap:
         rows : slice, optional
             Compute only the target rows ``rows`` of the result (``(I @ Z)[rows]``),
             for callers that work through the target in cache-sized blocks.
+        padded : bool, default=False
+            Whether ``Z`` is the output of :meth:`pad` (a dense ``Z`` of a row map
+            with missing entries then carries an extra zero row).
 
         Returns
         -------
@@ -497,24 +519,23 @@ class RowMap:
         """
         if self._idx is None:
             return Z if rows is None else Z[rows]
+        idx = self._idx if rows is None else self._idx[rows]
         if self._xp is not None:
-            idx = self._idx if rows is None else self._idx[rows]
-            return xp_gather(Z, idx, self.has_missing, self._xp)
+            return xp_gather(Z, idx, self.has_missing and not padded, self._xp)
         if sp.issparse(Z):
             ind = self.indicator(Z.dtype)
             return sp.csr_matrix((ind if rows is None else ind[rows]) @ Z)
         Z = np.asarray(Z)
-        if rows is not None:
-            idx = self._idx[rows]
-            if not self.has_missing:
-                return np.take(Z, idx, axis=0)
-            out = np.take(Z, idx, axis=0, mode="clip")
-            out[idx < 0] = 0
-            return out
-        if self.has_missing:
-            # Index -1 picks the appended zero row: no mask pass over n_rows.
-            Z = np.concatenate([Z, np.zeros((1,) + Z.shape[1:], dtype=Z.dtype)])
-        return np.take(Z, self._idx, axis=0)
+        if self.has_missing and not padded:
+            if rows is not None and Z.shape[0] > idx.shape[0]:
+                # A block smaller than the source: masking the block is cheaper
+                # than copying the source (pad once and pass padded=True instead).
+                out = np.take(Z, idx, axis=0, mode="clip")
+                out[idx < 0] = 0
+                return out
+            Z = self.pad(Z)
+        # Index -1 picks the appended zero row: no mask pass over the target rows.
+        return np.take(Z, idx, axis=0)
 
     def scatter(self, Y: Any) -> Any:
         """``I^T @ Y``: segment sum of the rows of ``Y`` into source rows.

@@ -23,6 +23,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+# Above this many features, sparse least squares use LSQR: the estimator's own rule.
+from ilargi_sklearn.linear_model._linear import _MAX_DENSE_GRAM_FEATURES
+
 __all__ = [
     "COMPONENTS",
     "DEVICES",
@@ -59,8 +62,6 @@ _SPARSE_BYTES_PER_FLOP = 4.0
 _CSR_BUILD_BYTES_PER_NNZ = 96.0
 # Host-to-GPU transfer rate (PCIe 4/5 x16, pinned memory), bytes per second.
 _HOST_LINK_BYTES_PER_S = 20e9
-# Above this many features, sparse least squares use LSQR (the estimator's rule).
-_MAX_DENSE_GRAM_FEATURES = 5000
 
 
 def split_plan(plan: str) -> tuple[str, str]:
