@@ -48,6 +48,10 @@ __all__ = ["FactorizedKMeans"]
 
 logger = logging.getLogger(__name__)
 
+#: Bytes of partial distances per block of rows in the assignment step (about a
+#: quarter of an L2 cache): the block is scaled, shifted and reduced while in cache.
+_ASSIGN_BLOCK_BYTES = 1 << 19
+
 
 # --------------------------------------------------------------------------- kernels
 def _tolerance(op, tol):
@@ -78,6 +82,35 @@ def _partial_sq_distances(op, centers):
     partial *= -2.0
     partial += centers_sq[np.newaxis, :]
     return partial
+
+
+def _assign(op, centers):
+    """E-step: labels of the rows and their partial distances to ``centers``.
+
+    The same values as :func:`_partial_sq_distances` followed by a row-wise
+    arg-min, but after the one ``matmul`` the scaling, the shift and the arg-min
+    run block by block over rows (``_ASSIGN_BLOCK_BYTES``), so each block of the
+    ``n_samples x n_clusters`` product is read from memory once instead of three
+    times. The gain is small (about 2% of a Lloyd iteration on a 2e5 x 30 star
+    schema with 8 clusters); the products of the operator dominate.
+
+    Returns
+    -------
+    labels : ndarray of int32 of shape (n_samples,)
+    partial : ndarray of shape (n_samples, n_clusters)
+        ``||c_j||^2 - 2 t_i . c_j``.
+    """
+    centers_sq = row_norms(centers, squared=True)
+    partial = op.matmul(np.ascontiguousarray(centers.T))
+    n_samples, n_clusters = partial.shape
+    labels = np.empty(n_samples, dtype=np.int32)
+    step = max(256, _ASSIGN_BLOCK_BYTES // (partial.itemsize * max(n_clusters, 1)))
+    for start in range(0, n_samples, step):
+        block = partial[start : start + step]
+        block *= -2.0
+        block += centers_sq
+        labels[start : start + step] = np.argmin(block, axis=1)
+    return labels, partial
 
 
 def _sq_distances(op, Y, x_squared_norms):
@@ -258,16 +291,19 @@ def _lloyd_iter(op, sample_weight, centers, x_squared_norms, update_centers=True
     """
     n_samples = op.n_rows
     n_clusters = centers.shape[0]
-    partial = _partial_sq_distances(op, centers)
-    labels = np.argmin(partial, axis=1).astype(np.int32)
+    labels, partial = _assign(op, centers)
     if not update_centers:
         return labels, partial, None, None
 
     weight_in_clusters = np.bincount(
         labels, weights=sample_weight, minlength=n_clusters
     ).astype(centers.dtype, copy=False)
+    # The weighted one-hot, written through flat positions (the operator protocol
+    # takes a dense right-hand side: FactorizedMatrix.rmatmul rejects a sparse one).
     assignment = np.zeros((n_samples, n_clusters), dtype=centers.dtype)
-    assignment[np.arange(n_samples), labels] = sample_weight
+    flat = np.arange(0, n_samples * n_clusters, n_clusters, dtype=np.intp)
+    flat += labels
+    assignment.reshape(-1)[flat] = sample_weight
     centers_new = np.ascontiguousarray(op.rmatmul(assignment).T, dtype=centers.dtype)
 
     _relocate_empty_clusters(

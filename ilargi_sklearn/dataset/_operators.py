@@ -1070,7 +1070,10 @@ class AffineOperator(Operator):
         DX = self._col(X, self.scale)
         out = self.base.matmul(DX)
         if self.has_offset:
-            out = out - self.offset @ DX
+            if self._xp is None:
+                out -= self.offset @ DX  # in place: out is a fresh n-length array
+            else:
+                out = out - self.offset @ DX
         return out
 
     def rmatmul(self, Y: np.ndarray) -> np.ndarray:
@@ -1078,7 +1081,10 @@ class AffineOperator(Operator):
             Y = np.asarray(Y)
             out = self.base.rmatmul(Y)
             if self.has_offset:
-                out = out - np.multiply.outer(self.offset, Y.sum(axis=0))
+                # Column sums as a GEMV: several times faster than Y.sum(axis=0)
+                # on a C-ordered (n, k) array.
+                ysum = Y.sum() if Y.ndim == 1 else np.ones(Y.shape[0], Y.dtype) @ Y
+                out = out - np.multiply.outer(self.offset, ysum)
             return self._col(out, self.scale)
         xp = self._xp
         out = self.base.rmatmul(Y)
