@@ -74,7 +74,7 @@ def _norm_sq(op):
     return float(np.asarray(to_numpy(op.col_sq_sums()), dtype=np.float64).sum())
 
 
-def _frobenius_error(norm_X, W, H, XHt):
+def _frobenius_error(norm_X, W, H, XHt, WtW=None):
     """``||T - W H||_F`` without forming ``W H``.
 
     ``||T - WH||^2 = ||T||^2 + trace(W^T W H H^T) - 2 trace(W^T (T H^T))``, with
@@ -88,60 +88,109 @@ def _frobenius_error(norm_X, W, H, XHt):
     H : ndarray of shape (n_components, n_features)
     XHt : ndarray of shape (n_samples, n_components)
         ``T @ H.T``.
+    WtW : ndarray of shape (n_components, n_components), default=None
+        ``W.T @ W`` when already known.
 
     Returns
     -------
     float
     """
-    norm_WH = _trace_dot(np.linalg.multi_dot([W.T, W, H]), H)
+    if WtW is None:
+        WtW = np.dot(W.T, W)
+    norm_WH = _trace_dot(np.dot(WtW, H), H)
     cross_prod = _trace_dot(XHt, W)
     res = (norm_X + norm_WH - 2.0 * cross_prod) / 2.0
     # The expanded form can go a rounding error below zero at a perfect fit.
     return sqrt(2.0 * max(res, 0.0))
 
 
-def _multiplicative_update_w(op, W, H, HHt=None, XHt=None, update_H=True):
-    """``W <- W o (T H^T) / (W H H^T)`` (in place), as scikit-learn's MU step.
+# Elements (rows x n_components) per block of the fused W update: the block's work
+# arrays (the quotient and its zero mask) and slices of W and T H^T stay in cache
+# (256 KiB each in float64), and each block's BLAS calls are small enough to run
+# on one thread (a multi-threaded GEMM/SYRK with k = 8 columns is slower).
+_BLOCK_ELEMENTS = 32_768
 
-    ``T H^T`` is one ``matmul``; it and ``H H^T`` are reused when given (``H``
-    unchanged). With ``update_H`` the numerator overwrites ``XHt``, which is then
-    stale (scikit-learn avoids the copy the same way).
+
+def _multiplicative_update_w(XHt, W, HHt, WtW=None, buffers=None):
+    """``W <- W o (T H^T) / (W H H^T)`` (in place), as scikit-learn's MU step, in
+    one pass over row blocks.
+
+    Per block of rows the denominator ``W_b H H^T`` gets ``EPSILON`` for its zeros
+    (scikit-learn's guard), the quotient ``(T H^T)_b / (W_b H H^T)`` overwrites it
+    in a block-sized buffer, ``W_b`` is multiplied by it, and with ``WtW`` given
+    the block's ``W_b^T W_b`` is added to it, so that the H update needs no second
+    pass over ``W``. ``XHt`` is not modified.
+
+    Parameters
+    ----------
+    XHt : ndarray of shape (n_samples, n_components)
+        ``T @ H.T``.
+    W : ndarray of shape (n_samples, n_components)
+        Updated in place.
+    HHt : ndarray of shape (n_components, n_components)
+        ``H @ H.T``.
+    WtW : ndarray of shape (n_components, n_components), default=None
+        Overwritten with ``W^T W`` of the updated ``W``.
+    buffers : tuple of ndarrays, default=None
+        Block-sized work arrays ``(quotient, mask)`` from an earlier call
+        (allocated when None).
 
     Returns
     -------
-    W : ndarray of shape (n_samples, n_components)
-    HHt : ndarray of shape (n_components, n_components)
-    XHt : ndarray of shape (n_samples, n_components)
+    buffers : tuple of ndarrays
     """
-    if XHt is None:
-        XHt = np.asarray(op.matmul(np.ascontiguousarray(H.T)), dtype=W.dtype)
-    numerator = XHt if update_H else XHt.copy()
-    if HHt is None:
-        HHt = np.dot(H, H.T)
-    denominator = np.dot(W, HHt)
-    denominator[denominator == 0] = EPSILON
-    numerator /= denominator
-    W *= numerator
-    return W, HHt, XHt
+    n_samples, n_components = W.shape
+    block = max(64, _BLOCK_ELEMENTS // max(n_components, 1))
+    if buffers is None:
+        rows = min(block, n_samples)
+        buffers = (
+            np.empty((rows, n_components), dtype=W.dtype),
+            np.empty((rows, n_components), dtype=bool),
+        )
+    quo_buf, mask_buf = buffers
+    if WtW is not None:
+        WtW[...] = 0
+    for start in range(0, n_samples, block):
+        stop = min(start + block, n_samples)
+        W_b = W[start:stop]
+        quotient = quo_buf[: stop - start]
+        mask = mask_buf[: stop - start]
+        np.dot(W_b, HHt, out=quotient)
+        np.equal(quotient, 0, out=mask)
+        np.copyto(quotient, EPSILON, where=mask)
+        np.divide(XHt[start:stop], quotient, out=quotient)
+        W_b *= quotient
+        if WtW is not None:
+            WtW += np.dot(W_b.T, W_b)
+    return buffers
 
 
-def _multiplicative_update_h(op, W, H):
+def _multiplicative_update_h(op, W, H, WtW):
     """``H <- H o (W^T T) / (W^T W H)`` (in place); ``W^T T = (T^T W)^T`` is one
-    ``rmatmul``."""
+    ``rmatmul`` and ``W^T W`` comes from the fused W update."""
     numerator = np.asarray(op.rmatmul(W), dtype=H.dtype).T.copy()
-    denominator = np.linalg.multi_dot([W.T, W, H])
+    denominator = np.dot(WtW, H)
     denominator[denominator == 0] = EPSILON
     numerator /= denominator
     H *= numerator
     return H
 
 
-def _fit_multiplicative_update(op, W, H, max_iter=200, tol=1e-4, update_H=True):
+def _t_ht(op, H, dtype):
+    """``T @ H.T`` as an array of ``dtype`` (one ``matmul``)."""
+    return np.asarray(op.matmul(np.ascontiguousarray(H.T)), dtype=dtype)
+
+
+def _fit_multiplicative_update(
+    op, W, H, max_iter=200, tol=1e-4, update_H=True, return_error=False
+):
     """Multiplicative updates for the Frobenius loss, as scikit-learn's ``mu`` solver.
 
     Updates W then H each iteration (W only when ``update_H`` is False) and every
     ten iterations stops when the relative decrease of ``||T - WH||_F`` since the
-    last check, divided by the initial error, is below ``tol``.
+    last check, divided by the initial error, is below ``tol``. The W update and
+    ``W^T W`` share one pass over row blocks (:func:`_multiplicative_update_w`).
+    With ``tol=0`` no loss is computed during the iterations.
 
     Parameters
     ----------
@@ -157,38 +206,55 @@ def _fit_multiplicative_update(op, W, H, max_iter=200, tol=1e-4, update_H=True):
         Tolerance of the stopping condition (0 runs ``max_iter`` iterations).
     update_H : bool, default=True
         False solves for W with H fixed (``transform``).
+    return_error : bool, default=False
+        Compute the loss of the returned factors when the last check did not.
 
     Returns
     -------
     W, H : ndarrays
     n_iter : int
     error : float or None
-        ``||T - WH||_F`` of the returned factors when the last check computed it.
+        ``||T - WH||_F`` of the returned factors when the last check computed it
+        or ``return_error`` is set.
     """
-    norm_X = _norm_sq(op)
+    check = tol > 0
+    norm_X = _norm_sq(op) if check or return_error else None
+    n_components = W.shape[1]
+    WtW = np.empty((n_components, n_components), dtype=W.dtype)
     # T H^T of the initial H serves both the initial error and the first W update.
-    XHt = np.asarray(op.matmul(np.ascontiguousarray(H.T)), dtype=W.dtype)
-    error_at_init = _frobenius_error(norm_X, W, H, XHt)
+    XHt = _t_ht(op, H, W.dtype)
+    error_at_init = _frobenius_error(norm_X, W, H, XHt) if check else None
     previous_error = error_at_init
     error = None
     HHt = None
+    buffers = None
     for n_iter in range(1, max_iter + 1):
-        W, HHt, XHt = _multiplicative_update_w(op, W, H, HHt, XHt, update_H)
+        if XHt is None:
+            XHt = _t_ht(op, H, W.dtype)
+        if HHt is None:
+            HHt = np.dot(H, H.T)
+        buffers = _multiplicative_update_w(
+            XHt, W, HHt, WtW if update_H or check else None, buffers
+        )
         error = None
         if update_H:
-            H = _multiplicative_update_h(op, W, H)
+            H = _multiplicative_update_h(op, W, H, WtW)
             HHt, XHt = None, None
-        if tol > 0 and n_iter % 10 == 0:
+        if check and n_iter % 10 == 0:
             if XHt is None:
                 # Reused by the next W update: H does not change in between.
-                XHt = np.asarray(op.matmul(np.ascontiguousarray(H.T)), dtype=W.dtype)
-            error = _frobenius_error(norm_X, W, H, XHt)
+                XHt = _t_ht(op, H, W.dtype)
+            error = _frobenius_error(norm_X, W, H, XHt, WtW)
             logger.debug("Epoch %02d, error: %f", n_iter, error)
             # An exact initial fit stays exact (the updates are then identities);
             # scikit-learn divides by zero here and iterates on with NaNs.
             if error_at_init == 0 or (previous_error - error) / error_at_init < tol:
                 break
             previous_error = error
+    if error is None and return_error:
+        XHt = _t_ht(op, H, W.dtype) if XHt is None else XHt
+        # W^T W is current when the last W update accumulated it.
+        error = _frobenius_error(norm_X, W, H, XHt, WtW if update_H or check else None)
     return W, H, n_iter, error
 
 
@@ -225,9 +291,10 @@ def _fit_multiplicative_update_xp(op, W, H, max_iter=200, tol=1e-4, update_H=Tru
         XHt = op.matmul(xp.matrix_transpose(H))
         return XHt if XHt.dtype == W.dtype else xp.astype(XHt, W.dtype)
 
-    norm_X = _norm_sq(op)
+    check = tol > 0
+    norm_X = _norm_sq(op) if check else None
     XHt = t_ht(H)
-    error_at_init = _frobenius_error_xp(xp, norm_X, W, H, XHt)
+    error_at_init = _frobenius_error_xp(xp, norm_X, W, H, XHt) if check else None
     previous_error = error_at_init
     error = None
     HHt = None
@@ -245,7 +312,7 @@ def _fit_multiplicative_update_xp(op, W, H, max_iter=200, tol=1e-4, update_H=Tru
                 numerator = xp.astype(numerator, H.dtype)
             H = H * (numerator / guard((xp.matrix_transpose(W) @ W) @ H))
             HHt = None
-        if tol > 0 and n_iter % 10 == 0:
+        if check and n_iter % 10 == 0:
             if XHt is None:
                 XHt = t_ht(H)
             error = _frobenius_error_xp(xp, norm_X, W, H, XHt)
@@ -777,15 +844,14 @@ class FactorizedGNMF(
         xp = op.xp
         if is_numpy_namespace(xp):
             W, H, n_iter, error = _fit_multiplicative_update(
-                op, W, H, max_iter=self.max_iter, tol=self.tol, update_H=True
+                op,
+                W,
+                H,
+                max_iter=self.max_iter,
+                tol=self.tol,
+                update_H=True,
+                return_error=True,
             )
-            if error is None:
-                error = _frobenius_error(
-                    _norm_sq(op),
-                    W,
-                    H,
-                    np.asarray(op.matmul(np.ascontiguousarray(H.T))),
-                )
         else:
             W, H, n_iter, error = _fit_multiplicative_update_xp(
                 op, W, H, max_iter=self.max_iter, tol=self.tol, update_H=True
