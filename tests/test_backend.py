@@ -264,3 +264,62 @@ def test_matmul_over_several_row_blocks(scenario):
     X = np.random.default_rng(0).standard_normal((ds.shape[1], 400))
     np.testing.assert_allclose(ds @ X, T @ X, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(ds @ X[:, 0], T @ X[:, 0], rtol=1e-10, atol=1e-10)
+
+
+def _sparse_operands(rng, n, dtype):
+    """A general CSR (empty and multi-entry rows), a weighted one-hot, and a COO."""
+    general = sp.random(n, 4, density=0.4, format="csr", rng=rng, dtype=dtype)
+    labels = rng.integers(0, 3, n)
+    one_hot = sp.csr_matrix(
+        (rng.random(n).astype(dtype), labels, np.arange(n + 1)), shape=(n, 3)
+    )
+    return [general, one_hot, one_hot.tocoo()]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_rmatmul_sparse_equals_dense(scenario):
+    # The k-means M-step passes a sparse one-hot: every operator must give the
+    # dense product (as a dense ndarray) for any sparse right-hand side.
+    from ilargi_sklearn.dataset import AffineOperator
+
+    ds = random_dataset(4, n_rows=50, scenario=scenario)
+    op = ds.operator
+    dtype = op.dtype
+    rng = np.random.default_rng(7)
+    n, m = op.shape
+    scale = (rng.random(m) + 0.5).astype(dtype)
+    offset = rng.standard_normal(m).astype(dtype)
+    ops = [
+        op,
+        op.materialized(),
+        AffineOperator(op, scale, offset),
+        AffineOperator(op.materialized(), scale, offset),
+        op.take_rows(rng.permutation(n)[: n - 5]),
+    ]
+    for o in ops:
+        for Y in _sparse_operands(rng, o.n_rows, dtype):
+            got = o.rmatmul(Y)
+            ref = o.rmatmul(Y.toarray())
+            assert isinstance(got, np.ndarray), type(got)
+            assert got.shape == (m, Y.shape[1])
+            assert got.dtype == ref.dtype == dtype
+            np.testing.assert_allclose(got, ref, **_tol(dtype))
+
+
+def test_rmatmul_sparse_wide_operand_stays_sparse():
+    # A wide, very sparse Y (r * k far above its nnz) takes the sparse segment sum.
+    ds = random_dataset(1, n_rows=40, scenario="left")
+    op = ds.operator
+    n = op.n_rows
+    rng = np.random.default_rng(0)
+    k = 200_000  # 6 source rows x k bins: above the dense segment-sum limit
+    Y = sp.csr_matrix(
+        (rng.standard_normal(12), (rng.integers(0, n, 12), rng.integers(0, k, 12))),
+        shape=(n, k),
+    )
+    T = np.asarray(ds.materialize("dense"))
+    got = op.rmatmul(Y)
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_allclose(got, (Y.T @ T).T, rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match=r"shape \(39, 3\)"):
+        op.rmatmul(sp.csr_matrix((39, 3)))

@@ -143,7 +143,11 @@ class Operator(ABC):
 
     @abstractmethod
     def rmatmul(self, Y: np.ndarray) -> np.ndarray:
-        """``T.T @ Y`` for ``Y`` of shape ``(n_rows,)`` or ``(n_rows, k)``."""
+        """``T.T @ Y`` for ``Y`` of shape ``(n_rows,)`` or ``(n_rows, k)``.
+
+        The NumPy implementations also take a SciPy sparse ``Y`` of shape
+        ``(n_rows, k)`` (a one-hot assignment, say) and return a dense ndarray.
+        """
 
     @abstractmethod
     def gram(self, weights: np.ndarray | None = None, format: Format = "auto") -> Any:
@@ -351,6 +355,9 @@ class MatrixOperator(Operator):
     def rmatmul(self, Y: np.ndarray) -> np.ndarray:
         if self._xp is not None:
             return _dense(self.A.T @ Y)
+        if sp.issparse(Y):
+            # (Y^T A)^T: the sparse operand on the left, a dense (n_cols, k) result.
+            return np.asarray(_dense(Y.T @ self.A)).T
         return np.asarray(safe_sparse_dot(self.A.T, Y))
 
     def _xp_format(self, G: Any, format: Format) -> Any:
@@ -630,12 +637,67 @@ class FactorizedMatrix(Operator):
     def rmatmul(self, Y: np.ndarray) -> np.ndarray:
         if self._xp is not None:
             return self._xp_rmatmul(Y)
+        if sp.issparse(Y):
+            return self._sparse_rmatmul(Y)
         Y = np.asarray(Y)
         out = self._out(Y, self.n_cols)
         for rows, terms in self._row_groups():
             R = rows.scatter(Y)
             for t in terms:
                 out[t.col_index] += np.asarray(safe_sparse_dot(t.S.T, R))
+        return out
+
+    def _sparse_rmatmul(self, Y: Any) -> np.ndarray:
+        """``T.T @ Y`` for a SciPy sparse ``Y`` of shape ``(n_rows, k)``; dense result.
+
+        Per row group, the segment sum ``I^T Y`` is one ``np.bincount`` over the
+        stored entries of ``Y`` (bin ``idx[row] * k + col``): for a weighted one-hot
+        (one entry per row, the k-means M-step) no n x k array is ever built, and
+        the bincount is 2x faster than the CSC scatter of the dense one-hot (and 6x
+        faster than the sparse product ``I^T Y``). A segment sum too large to hold
+        dense stays a sparse product.
+        """
+        if Y.ndim != 2 or Y.shape[0] != self.n_rows:
+            raise ValueError(
+                f"the sparse right-hand side has shape {Y.shape}; expected "
+                f"({self.n_rows}, k)."
+            )
+        Y = sp.csr_matrix(Y)
+        n, k = Y.shape
+        dtype = _result_dtype(self.dtype, Y)
+        out = np.zeros((self.n_cols, k), dtype=dtype)
+        indptr = Y.indptr
+        cols = Y.indices.astype(np.int64, copy=False)
+        data = Y.data
+        entry_rows: np.ndarray | None = None
+        # One stored entry per row: entry i lies in row i (no row expansion).
+        one_per_row = Y.nnz == n and np.array_equal(indptr, np.arange(n + 1))
+        for rows, terms in self._row_groups():
+            if rows.is_identity:
+                # I = identity: S^T Y as (Y^T S)^T, the sparse operand on the left.
+                for t in terms:
+                    out[t.col_index] += np.asarray(_dense(Y.T @ t.S)).T
+                continue
+            r = rows.n_source_rows
+            if r * k > max(4 * Y.nnz, 1 << 20):
+                # A wide, very sparse Y: the dense (r, k) segment sum would
+                # dwarf Y itself, so keep it sparse.
+                R: Any = rows.scatter(Y)
+            else:
+                idx = rows.idx
+                if not one_per_row:
+                    if entry_rows is None:
+                        entry_rows = np.repeat(np.arange(n), np.diff(indptr))
+                    idx = idx[entry_rows]
+                # Bin (idx + shift) * k + col: with shift = 1, a -1 (no match)
+                # lands in bin row 0, dropped below.
+                shift = 1 if rows.has_missing else 0
+                bins = idx * k
+                bins += cols + shift * k if shift else cols
+                R = np.bincount(bins, weights=data, minlength=(r + shift) * k)
+                R = R[shift * k :].reshape(r, k).astype(dtype, copy=False)
+            for t in terms:
+                out[t.col_index] += np.asarray(_dense(safe_sparse_dot(t.S.T, R)))
         return out
 
     def _block(self, a: Term, b: Term, weights: np.ndarray | None) -> Any:
@@ -1078,12 +1140,17 @@ class AffineOperator(Operator):
 
     def rmatmul(self, Y: np.ndarray) -> np.ndarray:
         if self._xp is None:
-            Y = np.asarray(Y)
+            sparse_y = sp.issparse(Y)
+            if not sparse_y:
+                Y = np.asarray(Y)
             out = self.base.rmatmul(Y)
             if self.has_offset:
-                # Column sums as a GEMV: several times faster than Y.sum(axis=0)
-                # on a C-ordered (n, k) array.
-                ysum = Y.sum() if Y.ndim == 1 else np.ones(Y.shape[0], Y.dtype) @ Y
+                if sparse_y:
+                    ysum = np.asarray(Y.sum(axis=0)).ravel()
+                else:
+                    # Column sums as a GEMV: several times faster than
+                    # Y.sum(axis=0) on a C-ordered (n, k) array.
+                    ysum = Y.sum() if Y.ndim == 1 else np.ones(Y.shape[0], Y.dtype) @ Y
                 out = out - np.multiply.outer(self.offset, ysum)
             return self._col(out, self.scale)
         xp = self._xp
