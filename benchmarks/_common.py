@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from ilargi_sklearn.planner._hardware import _cpu_model
+
 __all__ = [
     "RSS_CHILD_ENV",
     "format_bytes",
@@ -175,17 +177,6 @@ def _blas_info() -> list[dict[str, Any]]:
         return []
     keep = ("user_api", "internal_api", "version", "num_threads", "architecture")
     return [{k: d.get(k) for k in keep} for d in threadpool_info()]
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def hardware_info() -> dict[str, Any]:

@@ -181,22 +181,8 @@ class MultiSourceDataset:
         MultiSourceDataset
         """
         dtype = _check_dtype(dtype)
-        n_sources = len(sources)
-        if n_sources == 0:
-            raise ValueError("at least one source is required.")
-        if len(indicators) != n_sources:
-            raise ValueError(
-                f"got {n_sources} sources but {len(indicators)} indicators."
-            )
-        names = (
-            list(source_names)
-            if source_names is not None
-            else [f"s{k}" for k in range(n_sources)]
-        )
-        if len(names) != n_sources or len(set(names)) != n_sources:
-            raise ValueError(
-                f"source_names must be {n_sources} distinct names, got {names}."
-            )
+        names = _check_source_names(sources, indicators, source_names)
+        n_sources = len(names)
         checked = [
             check_source(S, names[k], dtype, finite=False)
             for k, S in enumerate(sources)
@@ -839,6 +825,27 @@ def _resolve_device(device: Any, namespace: Any) -> tuple[Any, Any, tuple[str, s
         f"device must be 'cpu' or 'gpu' (or a device object with namespace=...), "
         f"got {device!r}."
     )
+
+
+def _check_source_names(
+    sources: Sequence[Any], indicators: Sequence[Any], source_names: Any
+) -> list[str]:
+    """Check the source and indicator counts; return the (default) source names."""
+    n_sources = len(sources)
+    if n_sources == 0:
+        raise ValueError("at least one source is required.")
+    if len(indicators) != n_sources:
+        raise ValueError(f"got {n_sources} sources but {len(indicators)} indicators.")
+    names = (
+        list(source_names)
+        if source_names is not None
+        else [f"s{k}" for k in range(n_sources)]
+    )
+    if len(names) != n_sources or len(set(names)) != n_sources:
+        raise ValueError(
+            f"source_names must be {n_sources} distinct names, got {names}."
+        )
+    return names
 
 
 def _check_dtype(dtype: Any) -> np.dtype:

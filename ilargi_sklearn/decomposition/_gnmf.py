@@ -346,6 +346,21 @@ def _randomized_range_finder(
     return Q
 
 
+def _svd_plan(op, n_components, n_oversamples):
+    """Sketch size, power iterations and orientation of the randomized SVD.
+
+    scikit-learn's ``randomized_svd`` choices (``n_iter="auto"``,
+    ``transpose="auto"``); the products run on ``T`` or, transposed, on ``T^T``.
+    """
+    n_samples, n_features = op.shape
+    n_random = n_components + n_oversamples
+    n_iter = 7 if n_components < 0.1 * min(n_samples, n_features) else 4
+    transpose = n_samples < n_features
+    if transpose:
+        return n_random, n_iter, transpose, op.rmatmul, op.matmul, n_samples
+    return n_random, n_iter, transpose, op.matmul, op.rmatmul, n_features
+
+
 def _randomized_svd(op, n_components, random_state, n_oversamples=10):
     """Truncated SVD of ``T`` from products only (scikit-learn's ``_randomized_svd``).
 
@@ -362,14 +377,9 @@ def _randomized_svd(op, n_components, random_state, n_oversamples=10):
     Vt : ndarray of shape (n_components, n_features)
     """
     random_state = check_random_state(random_state)
-    n_samples, n_features = op.shape
-    n_random = n_components + n_oversamples
-    n_iter = 7 if n_components < 0.1 * min(n_samples, n_features) else 4
-    transpose = n_samples < n_features
-    if transpose:
-        matmul, rmatmul, n_cols = op.rmatmul, op.matmul, n_samples
-    else:
-        matmul, rmatmul, n_cols = op.matmul, op.rmatmul, n_features
+    n_random, n_iter, transpose, matmul, rmatmul, n_cols = _svd_plan(
+        op, n_components, n_oversamples
+    )
     Q = _randomized_range_finder(
         matmul, rmatmul, n_cols, n_random, n_iter, random_state, op.dtype
     )
@@ -491,14 +501,9 @@ def _randomized_svd_xp(op, n_components, random_state, n_oversamples=10):
     """
     xp, dev = op.xp, op.device
     random_state = check_random_state(random_state)
-    n_samples, n_features = op.shape
-    n_random = n_components + n_oversamples
-    n_iter = 7 if n_components < 0.1 * min(n_samples, n_features) else 4
-    transpose = n_samples < n_features
-    if transpose:
-        matmul, rmatmul, n_cols = op.rmatmul, op.matmul, n_samples
-    else:
-        matmul, rmatmul, n_cols = op.matmul, op.rmatmul, n_features
+    n_random, n_iter, transpose, matmul, rmatmul, n_cols = _svd_plan(
+        op, n_components, n_oversamples
+    )
     Q = random_state.normal(size=(n_cols, n_random))
     dtype = np.float32 if op.dtype == np.float32 else np.float64
     Q = asarray_on(Q.astype(dtype, copy=False), xp, dev)

@@ -695,24 +695,11 @@ def dask_dataset(
     array([14., 50.,  2.])
     """
     from ilargi_sklearn.dataset import MultiSourceDataset
+    from ilargi_sklearn.dataset._multi_source import _check_dtype, _check_source_names
 
-    dtype = np.dtype(dtype)
-    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise ValueError(f"dtype must be float32 or float64, got {dtype}.")
-    n_sources = len(sources)
-    if n_sources == 0:
-        raise ValueError("at least one source is required.")
-    if len(indicators) != n_sources:
-        raise ValueError(f"got {n_sources} sources but {len(indicators)} indicators.")
-    names = (
-        list(source_names)
-        if source_names is not None
-        else [f"s{k}" for k in range(n_sources)]
-    )
-    if len(names) != n_sources or len(set(names)) != n_sources:
-        raise ValueError(
-            f"source_names must be {n_sources} distinct names, got {names}."
-        )
+    dtype = _check_dtype(dtype)
+    names = _check_source_names(sources, indicators, source_names)
+    n_sources = len(names)
     bases = [k for k, ind in enumerate(indicators) if ind is None]
     if len(bases) > 1:
         raise ValueError(

@@ -116,13 +116,17 @@ def _validate_device_array(estimator: Any, X: Any, reset: bool) -> Operator:
         if hasattr(estimator, "feature_names_in_"):
             del estimator.feature_names_in_
     else:
-        expected = getattr(estimator, "n_features_in_", None)
-        if expected is not None and n_features != expected:
-            raise ValueError(
-                f"X has {n_features} features, but {name} is expecting {expected} "
-                "features as input."
-            )
+        _check_n_features(estimator, n_features, name)
     return MatrixOperator(X)
+
+
+def _check_n_features(estimator: Any, n_features: int, name: str) -> None:
+    expected = getattr(estimator, "n_features_in_", None)
+    if expected is not None and n_features != expected:
+        raise ValueError(
+            f"X has {n_features} features, but {name} is expecting {expected} "
+            "features as input."
+        )
 
 
 def check_strategy(strategy: str) -> str:
@@ -179,12 +183,7 @@ def validate_X(
             estimator.n_features_in_ = n_features
             estimator.feature_names_in_ = names
         else:
-            expected = getattr(estimator, "n_features_in_", None)
-            if expected is not None and n_features != expected:
-                raise ValueError(
-                    f"X has {n_features} features, but {name} is expecting {expected} "
-                    "features as input."
-                )
+            _check_n_features(estimator, n_features, name)
             fitted_names = getattr(estimator, "feature_names_in_", None)
             if fitted_names is not None and not np.array_equal(fitted_names, names):
                 diff = [a for a, b in zip(names, fitted_names) if a != b][:5]
