@@ -1,12 +1,20 @@
 """Device policy: the ``device`` parameter, array_api_strict estimators, imports."""
 
+import importlib.machinery
+import importlib.util
+import json
 import pickle
 import subprocess
 import sys
+import types
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
+from ilargi_sklearn._backend import _gpu
 from ilargi_sklearn._backend._gpu import probe_gpu
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
@@ -26,7 +34,8 @@ def test_import_leaves_optional_backends_out():
         "import sys, ilargi_sklearn, ilargi_sklearn.linear_model, "
         "ilargi_sklearn.cluster, ilargi_sklearn.decomposition, "
         "ilargi_sklearn.preprocessing\n"
-        "bad = [m for m in ('cupy', 'cupyx', 'cuml', 'catboost', 'dask') "
+        "bad = [m for m in ('cupy', 'cupyx', 'cuml', 'rmm', 'catboost', 'dask', "
+        "'numba', 'array_api_strict') "
         "if m in sys.modules]\n"
         "print(bad)\n"
         "sys.exit(1 if bad else 0)\n"
@@ -118,3 +127,156 @@ def test_strategy_materialized_on_device_and_set_params():
     est = FactorizedLinearRegression().set_params(strategy="materialized")
     est.fit(ds.to_device(DEV, namespace=xps), asarray_on(y, xps, DEV))
     np.testing.assert_allclose(to_numpy(est.coef_), ref.coef_, rtol=1e-8, atol=1e-8)
+
+
+# -- the probe's code path, with a fake CuPy built from NumPy and SciPy ---------------
+def _fake_cupy(monkeypatch, *, count=1, warn=False, add_at=None, raises=None):
+    """Install a ``cupy``/``cupyx`` made of NumPy and SciPy in ``sys.modules``."""
+
+    def get_device_count():
+        if warn:
+            warnings.warn("a deprecated CUDA call", DeprecationWarning, stacklevel=2)
+        if raises is not None:
+            raise raises
+        return count
+
+    class Device:
+        def synchronize(self):
+            return None
+
+    cupy = types.ModuleType("cupy")
+    cupy.__spec__ = importlib.machinery.ModuleSpec("cupy", None)
+    for name in ("arange", "zeros", "ones", "asarray", "float64", "int32"):
+        setattr(cupy, name, getattr(np, name))
+    cupy.add = types.SimpleNamespace(at=add_at or np.add.at)
+    cupy.cuda = types.SimpleNamespace(
+        Device=Device,
+        runtime=types.SimpleNamespace(
+            getDeviceCount=get_device_count,
+            getDeviceProperties=lambda i: {"name": b"Fake GPU"},
+        ),
+    )
+    cupyx = types.ModuleType("cupyx")
+    cupyx.scipy = types.ModuleType("cupyx.scipy")
+    cupyx.scipy.sparse = sp
+    for name, mod in (
+        ("cupy", cupy),
+        ("cupyx", cupyx),
+        ("cupyx.scipy", cupyx.scipy),
+        ("cupyx.scipy.sparse", sp),
+    ):
+        monkeypatch.setitem(sys.modules, name, mod)
+
+
+@pytest.fixture
+def fresh_probe(monkeypatch):
+    """The probe's cache emptied before and after (the fake must not leak)."""
+    probe_gpu.cache_clear()
+    yield monkeypatch
+    probe_gpu.cache_clear()
+
+
+def test_probe_accepts_a_working_backend_despite_deprecations(fresh_probe):
+    _fake_cupy(fresh_probe, warn=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as pytest's error::DeprecationWarning
+        usable, reason = probe_gpu()
+    assert usable, reason
+    assert reason == "Fake GPU (1 device(s))"
+    assert _gpu.gpu_usable() and _gpu.gpu_reason() == reason
+
+
+def test_probe_rejects_a_wrong_scatter_add(fresh_probe):
+    _fake_cupy(fresh_probe, add_at=lambda out, idx, vals: None)
+    assert probe_gpu() == (False, "scatter-add smoke test gave a wrong result")
+
+
+@pytest.mark.parametrize(
+    "kwargs, expected",
+    [
+        (dict(count=0), "CuPy sees no CUDA device"),
+        (
+            dict(raises=RuntimeError("cudaErrorNoDevice")),
+            "no CUDA device is visible to CuPy (RuntimeError: cudaErrorNoDevice)",
+        ),
+    ],
+)
+def test_probe_without_a_device(fresh_probe, kwargs, expected):
+    _fake_cupy(fresh_probe, **kwargs)
+    assert probe_gpu() == (False, expected)
+
+
+def test_probe_reports_a_failing_smoke_test(fresh_probe):
+    def broken(out, idx, vals):
+        raise MemoryError("out of memory allocating 16 bytes")
+
+    _fake_cupy(fresh_probe, add_at=broken)
+    usable, reason = probe_gpu()
+    assert not usable
+    assert reason == (
+        "GPU smoke test failed (MemoryError: out of memory allocating 16 bytes)"
+    )
+
+
+# -- benchmarks/gpu_check.py: the no-GPU line and the dry run ---------------------------
+def _gpu_check():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("_gpu_check_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_check_prints_no_gpu_and_exits_0(capsys):
+    usable, reason = probe_gpu()
+    if usable:
+        pytest.skip(f"a GPU is usable here: {reason}")
+    assert _gpu_check().main([]) == 0
+    assert capsys.readouterr().out.strip() == f"no GPU: {reason}"
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_gpu_check_dry_run_runs_every_phase(tmp_path, capsys):
+    gpu_check = _gpu_check()
+    args = ["--dry-run", "--skip-tests", "--rows", "300", "--repeats", "1"]
+    assert gpu_check.main([*args, "--out", str(tmp_path)]) == 0
+    records = [
+        json.loads(line)
+        for line in (tmp_path / "gpu_check.jsonl").read_text().splitlines()
+    ]
+    assert not [r for r in records if r["status"] == "fail"]
+    api = {r["name"] for r in records if r["phase"] == "api"}
+    assert {"add_at", "scatter_add", "indicator", "sparse_ops", "linalg"} <= api
+    timed = [r for r in records if r["phase"] == "time"]
+    names = {r["name"] for r in timed}
+    assert set(gpu_check.OPS) <= names and {"kmeans", "gnmf"} <= names
+    # The "GPU" side agrees with the CPU side.
+    deviations = [r["gpu_deviation"] for r in timed if "gpu_deviation" in r]
+    assert deviations and max(deviations) < 1e-8
+    # The table is printed last, and is also the table file.
+    out = capsys.readouterr().out
+    table = (tmp_path / "gpu_check_table.txt").read_text().rstrip()
+    assert out.rstrip().endswith(table)
+    assert "materialized" in table.splitlines()[-1]
+
+
+def test_gpu_check_records_failures_and_budget(tmp_path, monkeypatch):
+    gpu_check = _gpu_check()
+
+    def planted(bk):
+        raise RuntimeError("planted failure")
+
+    monkeypatch.setattr(gpu_check, "API_CHECKS", (planted, gpu_check.api_take))
+    args = ["--dry-run", "--skip-tests", "--budget", "0", "--out", str(tmp_path)]
+    assert gpu_check.main(args) == 1
+    records = [
+        json.loads(line)
+        for line in (tmp_path / "gpu_check.jsonl").read_text().splitlines()
+    ]
+    by_name = {r["name"]: r for r in records}
+    assert by_name["planted"]["status"] == "fail"
+    assert by_name["planted"]["detail"] == "RuntimeError: planted failure"
+    # One failing check does not stop the next; the spent budget skips the timings.
+    assert by_name["take"]["status"] == "ok"
+    assert by_name["star"]["status"] == "skip"
+    assert not [r for r in records if r["phase"] == "time"]

@@ -33,7 +33,13 @@ _NUMPY_NAMES = frozenset({"numpy", "array_api_compat.numpy"})
 
 
 def _is_cupy_object(x: Any) -> bool:
+    """Whether ``x`` is a CuPy array or ``cupyx.scipy.sparse`` matrix (no import)."""
     return type(x).__module__.startswith(("cupy", "cupyx"))
+
+
+def _is_cupy_sparse(x: Any) -> bool:
+    """Whether ``x`` is a ``cupyx.scipy.sparse`` matrix (checked without importing)."""
+    return type(x).__module__.startswith("cupyx.scipy.sparse")
 
 
 def _cupy_namespace() -> Any:
@@ -114,6 +120,9 @@ def device_of(x: Any) -> Any:
     """The device of ``x``: ``"cpu"`` for NumPy and SciPy, else the array's device."""
     if x is None or isinstance(x, np.ndarray) or sp.issparse(x):
         return "cpu"
+    if _is_cupy_sparse(x):
+        # cupyx sparse matrices keep their device on the data array.
+        return x.data.device
     if _is_cupy_object(x):
         return x.device
     import array_api_compat
@@ -180,14 +189,22 @@ def asarray_on(x: Any, xp: Any, device: Any = None, dtype: Any = None) -> Any:
         return out
     if is_cupy_namespace(xp):
         cp = _cupy_module()
-        if sp.issparse(x) or (_is_cupy_object(x) and type(x).__module__ != "cupy"):
+        if sp.issparse(x) or _is_cupy_sparse(x):
             import cupyx.scipy.sparse as cusp
 
+            # cupyx sparse matrices hold float32/float64 data and int32 indices
+            # only (their constructor casts the indices and rejects other dtypes).
             if sp.issparse(x):
                 x = sp.csr_matrix(x if dtype is None else x.astype(dtype))
-                return cusp.csr_matrix(x)
+                if device is None or device == "cpu":
+                    return cusp.csr_matrix(x)
+                with cp.cuda.Device(getattr(device, "id", device)):
+                    return cusp.csr_matrix(x)
             out = cusp.csr_matrix(x)
             return out if dtype is None else out.astype(dtype)
+        if not _is_cupy_object(x) and not isinstance(x, np.ndarray):
+            # array_api_strict and other namespaces refuse implicit conversion.
+            x = to_numpy(x)
         if device is None or device == "cpu":
             return cp.asarray(x, dtype=dtype)
         with cp.cuda.Device(getattr(device, "id", device)):

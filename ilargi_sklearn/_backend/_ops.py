@@ -29,7 +29,7 @@ the source rows instead and reads the large right-hand side at random (5x slower
 Other namespaces (CuPy, ``array_api_strict``) get a second, standard-only path,
 chosen once per call (``RowMap`` on a device holds a device index vector, int32 when
 the source has fewer than 2**31 rows): a gather is ``xp.take`` (a -1 entry picks an
-appended zero row, as above), a scatter-add is ``cupyx.scatter_add`` on CuPy and,
+appended zero row, as above), a scatter-add is ``cupy.add.at`` on CuPy and,
 for namespaces without a scatter-add, a product with a dense one-hot indicator built
 in blocks of target rows (:func:`xp_segment_sum`). The one-hot product was chosen
 over sorting plus ``cumulative_sum`` differences because it sums every segment
@@ -207,7 +207,7 @@ def xp_segment_sum(
 ) -> Any:
     """``I^T @ Y`` (segment sum, -1 entries dropped) in any namespace.
 
-    CuPy uses ``cupyx.scatter_add`` (atomic adds: not bit-reproducible run to run);
+    CuPy uses ``cupy.add.at`` (atomic adds: not bit-reproducible run to run);
     other namespaces use a dense one-hot indicator in blocks of target rows (see the
     module docstring). NumPy input goes to :func:`segment_sum`.
 
@@ -222,11 +222,12 @@ def xp_segment_sum(
         return segment_sum(Y, idx, n_segments)
     dev = device_of(Y)
     if is_cupy_namespace(xp):
-        import cupyx
+        import cupy
 
         shape = (int(n_segments) + int(has_missing),) + tuple(Y.shape[1:])
         out = xp.zeros(shape, dtype=Y.dtype, device=dev)
-        cupyx.scatter_add(out, idx + 1 if has_missing else idx, Y)
+        # ``cupy.add.at``: ``cupyx.scatter_add`` warns of its deprecation since CuPy 12.
+        cupy.add.at(out, idx + 1 if has_missing else idx, Y)
         return out[1:] if has_missing else out
     n = int(Y.shape[0])
     segments = xp.arange(int(n_segments), dtype=idx.dtype, device=dev)
