@@ -16,20 +16,31 @@ rule and Amalur's rule. Reported per policy: accuracy (chosen plan is the measur
 fastest), utility (time saved against always-materialize over the time the oracle
 saves) and regret (sum of chosen times over sum of oracle times, minus 1).
 
+Each table also states the headroom: how much faster the oracle is than always
+materializing (utility's denominator) and than the best fixed policy, and how many
+workloads are near ties (plans within 10%); with little headroom utility is a ratio
+of two small differences of noisy timings.
+
 **Batch workload**: a grid search (3-fold, 2 parameter values, refit) per estimator
 and dataset, run for real under always-factorize, always-materialize (both through
-AutoPlan with a fixed plan, so the join is built once per dataset) and AutoPlan
-(the left-out model on Hamlet); the rules' batch times are those of the fixed plan
-they pick.
+AutoPlan with a fixed plan, so the join is built once per grid search and test
+folds read their rows of it) and AutoPlan (the left-out model on Hamlet); each
+policy's grid search runs ``--batch-repeats`` times, interleaved, and the fastest
+run counts; the rules' batch times are those of the fixed plan they pick. The
+report compares AutoPlan with the best fixed policy and with the headroom (the
+better fixed plan of each grid search in hindsight) and says plainly when the 20%
+goal is out of reach because the headroom is smaller.
 
 Usage::
 
     python benchmarks/eval_planner.py --records RECORDS.jsonl \
         --hamlet ../shared/data/hamlet --out OUTDIR
 
+Smoke run (a minute): add ``--offgrid-budget 20 --batch-budget 5 --batch-repeats 1``.
+
 Writes ``OUTDIR/summary.json``, ``OUTDIR/offgrid.jsonl`` (timings, resumable),
-``OUTDIR/predicted_vs_measured.png`` and ``OUTDIR/batch_totals.png``; prints
-markdown tables.
+``OUTDIR/predicted_vs_measured.png``, ``OUTDIR/policy_totals.png`` and
+``OUTDIR/batch_totals.png``; prints markdown tables.
 """
 
 from __future__ import annotations
@@ -53,7 +64,6 @@ from ilargi_sklearn.planner import (
     load_cost_model,
     plan_features,
     read_records,
-    shipped_model_path,
     train_cost_model,
 )
 from ilargi_sklearn.planner._calibrate import (
@@ -137,6 +147,8 @@ OFFGRID_PARAMS = {
     },
     "gnmf": {"n_components": 6, "max_iter": 8, "tol": 0.0, "random_state": 0},
 }
+#: AutoPlan's batch goal: this much less time than the best fixed policy.
+BATCH_GOAL = 0.20
 #: Batch grids: two values of one parameter that does not change the plan costs
 #: much, 3-fold CV with refit (7 fits per grid search).
 BATCH_GRID = {
@@ -197,6 +209,22 @@ def _metrics(rows, policies=POLICIES):
             "seconds": chosen,
         }
     out["oracle"] = {"seconds": oracle, "accuracy": 1.0, "utility": 1.0, "regret": 0.0}
+    # How much there is to gain at all: with little headroom, utility is the
+    # ratio of two small differences of noisy timings.
+    fixed = {p: out[p]["seconds"] for p in ("always_materialize", "always_factorize")}
+    best_fixed = min(fixed, key=fixed.get)
+    out["_headroom"] = {
+        "n_workloads": len(rows),
+        "saved_seconds": base - oracle,
+        "vs_materialize": 1.0 - oracle / base,
+        "best_fixed": best_fixed,
+        "vs_best_fixed": 1.0 - oracle / fixed[best_fixed],
+        "near_ties": sum(
+            max(r["times"][c] for c in CHOICES)
+            < 1.1 * min(r["times"][c] for c in CHOICES)
+            for r in rows
+        ),
+    }
     return out
 
 
@@ -207,10 +235,20 @@ def _table(title, metrics):
         "|---|---|---|---|---|",
     ]
     for p, m in metrics.items():
+        if p.startswith("_"):
+            continue
         lines.append(
             f"| {p} | {m['accuracy']:.0%} | {m['utility']:.0%} | {m['regret']:.1%} | "
             f"{m['seconds']:.2f} |"
         )
+    h = metrics["_headroom"]
+    lines.append(
+        f"\n{h['n_workloads']} workloads; the oracle is {h['vs_materialize']:.1%} "
+        f"faster than always materializing (utility's denominator: "
+        f"{h['saved_seconds']:.2f} s) and {h['vs_best_fixed']:.1%} faster than the "
+        f"best fixed policy ({h['best_fixed']}); {h['near_ties']} workloads have "
+        "plans within 10% of each other."
+    )
     return "\n".join(lines)
 
 
@@ -238,14 +276,19 @@ def _time_offgrid(path, hamlet_path, budget):
     return read_records(path)
 
 
-def _batch(hamlet_path, models, offgrid_model, estimators, timeout):
-    """Wall time of a grid search per (estimator, dataset) under each policy."""
+def _batch(hamlet_path, models, offgrid_model, estimators, timeout, repeats=2):
+    """Wall time of a grid search per (estimator, dataset) under each policy.
+
+    Each policy's grid search runs ``repeats`` times, the policies interleaved in a
+    rotating order, and the fastest run counts: on a shared machine the minimum is
+    the least disturbed estimate, and every policy gets the same treatment.
+    """
     from sklearn.base import clone
     from sklearn.model_selection import GridSearchCV
 
     data = _DataCache(hamlet_path)
     datasets = [("hamlet:" + n, {"hamlet": n}) for n in HAMLET]
-    datasets += [(f"offgrid:{i}", s) for i, s in enumerate(OFFGRID[:3])]
+    datasets += [(f"offgrid:{i}", s) for i, s in enumerate(OFFGRID)]
     results = []
     t_start = time.perf_counter()
     for group, spec in datasets:
@@ -287,28 +330,40 @@ def _batch(hamlet_path, models, offgrid_model, estimators, timeout):
                 "learned": AutoPlan(est, cost_model=model),
             }
             # Warm-up: the first fits build the row maps' cached indicators and
-            # touch the sources; no policy should pay that for the others.
+            # touch the sources; no policy should pay that for the others. The
+            # cost model is loaded here too: a user loads one model once per
+            # process, this script one per left-out dataset.
+            load_cost_model(model)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 for strategy in ("factorized", "materialized"):
                     clone(est).set_params(strategy=strategy).fit(X, yy)
-            times = {}
+            runs = {}
             chosen = []
             names = list(policy_est)
-            shift = len(results) % len(names)  # rotate the order of the policies
-            for name in names[shift:] + names[:shift]:
-                auto = policy_est[name]
-                clear_materialization_cache()
-                search = GridSearchCV(
-                    auto, BATCH_GRID[kind], cv=3, scoring=scoring, error_score="raise"
-                )
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    t0 = time.perf_counter()
-                    search.fit(X, yy)
-                    times[name] = time.perf_counter() - t0
-                if name == "learned":
-                    chosen = search.best_estimator_.plan_
+            for rep in range(max(int(repeats), 1)):
+                # Rotate the order of the policies between grid searches and runs.
+                shift = (len(results) + rep) % len(names)
+                for name in names[shift:] + names[:shift]:
+                    auto = policy_est[name]
+                    # Each grid search starts without a cached join and pays for
+                    # building it (once: the folds and the refit share it).
+                    clear_materialization_cache()
+                    search = GridSearchCV(
+                        auto,
+                        BATCH_GRID[kind],
+                        cv=3,
+                        scoring=scoring,
+                        error_score="raise",
+                    )
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        t0 = time.perf_counter()
+                        search.fit(X, yy)
+                        runs.setdefault(name, []).append(time.perf_counter() - t0)
+                    if name == "learned":
+                        chosen = search.best_estimator_.plan_
+            times = {name: min(v) for name, v in runs.items()}
             clear_materialization_cache()
             f = plan_features(X, est, yy)
             for name in ("morpheus", "amalur"):
@@ -322,6 +377,7 @@ def _batch(hamlet_path, models, offgrid_model, estimators, timeout):
                     "group": group,
                     "estimator": kind,
                     "times": times,
+                    "runs": runs,
                     "learned_refit_plan": chosen,
                 }
             )
@@ -373,6 +429,28 @@ def _plots(out, held_out_rows, batch_totals):
     fig.savefig(out / "predicted_vs_measured.png", dpi=120)
     plt.close(fig)
 
+    if held_out_rows:
+        m = _metrics(held_out_rows)
+        names = [*POLICIES, "oracle"]
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax.barh(names, [m[n]["seconds"] for n in names], color="C1")
+        for i, n in enumerate(names):
+            ax.text(
+                m[n]["seconds"],
+                i,
+                f" {m[n]['regret']:+.1%}",
+                va="center",
+                fontsize=8,
+            )
+        ax.set_xlim(0, 1.3 * max(m[n]["seconds"] for n in names))
+        ax.set(
+            xlabel="total measured seconds of the held-out fits (label: regret)",
+            title="held-out workloads: Hamlet left out + off-grid",
+        )
+        fig.tight_layout()
+        fig.savefig(out / "policy_totals.png", dpi=120)
+        plt.close(fig)
+
     if batch_totals:
         fig, ax = plt.subplots(figsize=(6, 3.5))
         names = list(batch_totals)
@@ -391,10 +469,16 @@ def main(argv=None):
     ap.add_argument(
         "--model",
         default=None,
-        help="model for off-grid workloads (default: shipped model)",
+        help="model for off-grid workloads (default: one trained on --records)",
     )
     ap.add_argument("--offgrid-budget", type=float, default=240.0)
-    ap.add_argument("--batch-budget", type=float, default=420.0)
+    ap.add_argument("--batch-budget", type=float, default=480.0)
+    ap.add_argument(
+        "--batch-repeats",
+        type=int,
+        default=2,
+        help="runs per policy and grid search (the fastest counts)",
+    )
     ap.add_argument("--skip-batch", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -422,8 +506,11 @@ def main(argv=None):
         summary["hamlet_leave_one_out"] = m
         tables.append(_table("Hamlet, each dataset left out of training", m))
 
-    # Off-grid synthetic schemas.
-    offgrid_model = args.model or str(shipped_model_path())
+    # Off-grid synthetic schemas: the model trained on every calibration record
+    # (what --records would install), unless --model names one.
+    offgrid_model = args.model
+    if offgrid_model is None:
+        offgrid_model = str(train_cost_model(None, tmp / "all.cbm", records=records))
     off_records = _time_offgrid(out / "offgrid.jsonl", args.hamlet, args.offgrid_budget)
     off_rows = _decide(_workloads(off_records), load_cost_model(offgrid_model))
     if off_rows:
@@ -470,7 +557,12 @@ def main(argv=None):
     batch_totals = {}
     if not args.skip_batch and args.hamlet:
         batch = _batch(
-            args.hamlet, models, offgrid_model, tuple(OFFGRID_PARAMS), args.batch_budget
+            args.hamlet,
+            models,
+            offgrid_model,
+            tuple(OFFGRID_PARAMS),
+            args.batch_budget,
+            args.batch_repeats,
         )
         summary["batch"] = batch
         names = [
@@ -489,20 +581,39 @@ def main(argv=None):
         best_fixed = min(
             batch_totals["always_factorize"], batch_totals["always_materialize"]
         )
+        speedup = 1 - batch_totals["learned"] / best_fixed
+        headroom = 1 - batch_totals["oracle_per_grid_search"] / best_fixed
         summary["batch_totals"] = batch_totals
-        summary["batch_speedup_vs_best_fixed"] = (
-            1 - batch_totals["learned"] / best_fixed
-        )
+        summary["batch_speedup_vs_best_fixed"] = speedup
+        summary["batch_headroom_vs_best_fixed"] = headroom
+        summary["batch_goal"] = BATCH_GOAL
+        summary["batch_goal_reachable"] = bool(headroom >= BATCH_GOAL)
         lines = [
             "\n### Batch workload (grid searches, measured wall time)\n",
+            f"{len(batch)} grid searches (3-fold, 2 candidates, refit: 7 fits each), "
+            f"fastest of {args.batch_repeats} interleaved runs per policy.\n",
             "| policy | total s |",
             "|---|---|",
         ]
         lines += [f"| {n} | {t:.1f} |" for n, t in batch_totals.items()]
         lines.append(
-            f"\nAutoPlan vs best fixed policy: "
-            f"{summary['batch_speedup_vs_best_fixed']:.1%} less time"
+            f"\nAutoPlan vs best fixed policy: {abs(speedup):.1%} "
+            f"{'less' if speedup >= 0 else 'more'} time (goal: {BATCH_GOAL:.0%} less)."
         )
+        lines.append(
+            f"Headroom: the better fixed plan of each grid search, chosen in "
+            f"hindsight, is {headroom:.1%} faster than the best fixed policy; "
+            f"AutoPlan realised {speedup / headroom:.0%} of it."
+            if headroom > 0
+            else "Headroom: none; one fixed policy is best for every grid search."
+        )
+        if headroom < BATCH_GOAL:
+            lines.append(
+                f"The {BATCH_GOAL:.0%} goal is out of reach on this batch: choosing "
+                "one plan per fit cannot beat the best plan of each grid search, "
+                f"and that saves only {headroom:.1%} here (the held-out datasets are "
+                "ones where one representation wins almost everywhere)."
+            )
         tables.append("\n".join(lines))
 
     _plots(out, all_rows, batch_totals)

@@ -326,6 +326,39 @@ def test_materialization_paid_once_per_root(reg):
     assert not materialized_dataset(other.dataset)[1]
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_delegated_methods_read_the_cached_join(reg, monkeypatch):
+    """After a materialized plan, scoring a test fold takes its rows of the cached
+    join of the root instead of building the fold's own join."""
+    ds = _nonneg(reg.dataset)
+    train, test = np.arange(0, 400), np.arange(400, 600)
+    km = AutoPlan(FactorizedKMeans(3, random_state=0), plans=["materialized"])
+    km.set_params(cost_model="analytical").fit(ds[train])
+    nmf = AutoPlan(FactorizedGNMF(2, max_iter=20, random_state=0))
+    nmf.set_params(plans=["materialized"], cost_model="analytical").fit(ds[train])
+    direct_km = FactorizedKMeans(3, random_state=0).fit(ds[train])
+    direct_nmf = FactorizedGNMF(2, max_iter=20, random_state=0).fit(ds[train])
+    calls = []
+    original = FactorizedMatrix.materialize
+
+    def counting(self, *args, **kwargs):
+        calls.append(self.shape)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(FactorizedMatrix, "materialize", counting)
+    score = km.score(ds[test])
+    labels = km.predict(ds[test])
+    W = nmf.transform(ds[test])
+    assert calls == []
+    np.testing.assert_allclose(score, direct_km.score(ds[test]), rtol=1e-9)
+    np.testing.assert_array_equal(labels, direct_km.predict(ds[test]))
+    np.testing.assert_allclose(W, direct_nmf.transform(ds[test]), rtol=1e-6, atol=1e-9)
+    # Without a cached join the estimator reads the dataset as it is.
+    clear_materialization_cache()
+    np.testing.assert_allclose(km.score(ds[test]), score, rtol=1e-9)
+    assert calls, "the estimator builds the fold's join itself when nothing is cached"
+
+
 def test_scaled_dataset_materialized_plan(reg):
     ds = FactorizedStandardScaler().fit_transform(reg.dataset)
     auto = AutoPlan(FactorizedLinearRegression(), plans=["materialized"])
@@ -528,6 +561,20 @@ def test_import_does_not_import_catboost():
 
 
 # --------------------------------------------------------------- calibration
+def test_default_workloads_cover_the_grid_early():
+    """A budget cut after a few dozen schemas still sees every grid value about
+    equally often, and only schemas that can be built."""
+    from ilargi_sklearn.planner._calibrate import GRID, default_workloads
+
+    work = default_workloads(estimators=("linear",))
+    assert len({json.dumps(w["data"], sort_keys=True) for w in work}) == len(work)
+    first = [w["data"] for w in work[:48]]
+    for key, values in GRID.items():
+        counts = [sum(d[key] == v for d in first) for v in values]
+        assert min(counts) >= 48 // len(values) - 2, (key, counts)
+    assert not any(d["join"] == "many_to_many" and d["n_sources"] < 2 for d in first)
+
+
 def test_calibrate_resumes_from_partial_file(tmp_path, monkeypatch):
     from ilargi_sklearn.planner import _calibrate
 

@@ -13,7 +13,11 @@ from ilargi_sklearn.planner._auto import (
     materialized_dataset,
     set_materialization_cache,
 )
-from ilargi_sklearn.planner._calibrate import calibrate, default_workloads
+from ilargi_sklearn.planner._calibrate import (
+    balanced_schemas,
+    calibrate,
+    default_workloads,
+)
 from ilargi_sklearn.planner._cost_model import (
     CostModel,
     default_model_path,
@@ -46,6 +50,7 @@ __all__ = [
     "always_factorize",
     "always_materialize",
     "amalur_rule",
+    "balanced_schemas",
     "cache_dir",
     "calibrate",
     "clear_materialization_cache",

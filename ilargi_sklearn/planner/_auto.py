@@ -317,7 +317,10 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
     Materialized plans build the joined matrix of the *root* dataset once and keep
     it in a per-process LRU cache keyed by the root and device; a cross-validation
     fold takes its rows of it, and the cost model knows whether the join is already
-    cached. Decisions are logged at INFO on the ``ilargi_sklearn.planner`` logger.
+    cached. After a materialized plan, ``predict``, ``transform``, ``score`` and
+    the other delegated methods read a dataset whose root's join is cached (a
+    test fold) from that cache too, instead of joining it again. Decisions are
+    logged at INFO on the ``ilargi_sklearn.planner`` logger.
 
     If the chosen plan fails for a resource reason (``MemoryError``, GPU out of
     memory, GPU unusable), the next fastest plan is fitted and the reason recorded
@@ -559,35 +562,50 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
         return self._fit(X, y, "fit_predict", fit_params)
 
     # ------------------------------------------------------------ delegation
+    def _data_for(self, X: Any) -> Any:
+        """``X`` as the fitted estimator should read it.
+
+        After a materialized plan, a dataset whose root's joined matrix is in the
+        cache (a test fold of a grid search, or the training data itself) is
+        passed as its rows of that matrix: the estimator would otherwise build
+        the join of ``X`` again (K-Means and GNMF do so for ``predict``,
+        ``transform`` and ``score`` with ``strategy="materialized"``). Anything
+        else is passed as it is.
+        """
+        rep, device = split_plan(self.plan_)
+        if rep == "materialized" and _is_cached(X, device):
+            return materialized_dataset(X, device)[0]
+        return X
+
     @available_if(_estimator_has("predict"))
     def predict(self, X, **params):
         """The fitted estimator's ``predict``."""
         check_is_fitted(self)
-        return self.estimator_.predict(X, **params)
+        return self.estimator_.predict(self._data_for(X), **params)
 
     @available_if(_estimator_has("predict_proba"))
     def predict_proba(self, X, **params):
         """The fitted estimator's ``predict_proba``."""
         check_is_fitted(self)
-        return self.estimator_.predict_proba(X, **params)
+        return self.estimator_.predict_proba(self._data_for(X), **params)
 
     @available_if(_estimator_has("predict_log_proba"))
     def predict_log_proba(self, X, **params):
         """The fitted estimator's ``predict_log_proba``."""
         check_is_fitted(self)
-        return self.estimator_.predict_log_proba(X, **params)
+        return self.estimator_.predict_log_proba(self._data_for(X), **params)
 
     @available_if(_estimator_has("decision_function"))
     def decision_function(self, X, **params):
         """The fitted estimator's ``decision_function``."""
         check_is_fitted(self)
-        return self.estimator_.decision_function(X, **params)
+        return self.estimator_.decision_function(self._data_for(X), **params)
 
     @available_if(_estimator_has("transform"))
     def transform(self, X, **params):
         """The fitted estimator's ``transform``."""
         check_is_fitted(self)
-        return self.estimator_.transform(X, **params)
+        return self.estimator_.transform(self._data_for(X), **params)
 
     @available_if(_estimator_has("inverse_transform"))
     def inverse_transform(self, X, **params):
@@ -599,7 +617,7 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
     def score(self, X, y=None, **params):
         """The fitted estimator's ``score``."""
         check_is_fitted(self)
-        return self.estimator_.score(X, y, **params)
+        return self.estimator_.score(self._data_for(X), y, **params)
 
     @property
     def classes_(self):

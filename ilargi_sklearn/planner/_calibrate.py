@@ -27,7 +27,13 @@ from sklearn.utils import check_random_state
 from ilargi_sklearn.planner._features import plan_features
 from ilargi_sklearn.planner._hardware import cache_dir, hardware_info, machine_id
 
-__all__ = ["calibrate", "default_workloads", "make_estimator", "time_workload"]
+__all__ = [
+    "balanced_schemas",
+    "calibrate",
+    "default_workloads",
+    "make_estimator",
+    "time_workload",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -44,19 +50,24 @@ GRID = {
     "n_sources": (1, 2, 4),
     "join": ("left", "inner", "many_to_many"),
 }
-#: Estimator parameters: fixed small iteration counts so that one timing is short.
+#: Estimator parameters: fixed small iteration counts so that one timing is short
+#: (the model learns the cost per iteration: records store the iterations run).
+#: Several right-hand-side widths (clusters, rank, classes) per estimator, so that
+#: multi-column products are covered on narrow and on wide sources alike.
 PARAMS = {
     "linear": ({"solver": "normal", "tol": 1e-4}, {"solver": "gd", "max_iter": 10}),
     "logistic": ({"max_iter": 8, "tol": 0.0},),
-    "kmeans": (
-        {"n_clusters": 4, "max_iter": 5, "tol": 0.0, "n_init": 1, "random_state": 0},
-        {"n_clusters": 16, "max_iter": 5, "tol": 0.0, "n_init": 1, "random_state": 0},
+    "kmeans": tuple(
+        {"n_clusters": k, "max_iter": 5, "tol": 0.0, "n_init": 1, "random_state": 0}
+        for k in (4, 8, 16)
     ),
-    "gnmf": (
-        {"n_components": 4, "max_iter": 10, "tol": 0.0, "random_state": 0},
-        {"n_components": 10, "max_iter": 10, "tol": 0.0, "random_state": 0},
+    "gnmf": tuple(
+        {"n_components": r, "max_iter": 6, "tol": 0.0, "random_state": 0}
+        for r in (4, 8, 12)
     ),
 }
+#: Classes of the synthetic classification workloads (2: binary).
+CLASSES = (2, 4, 6)
 HAMLET = ("BookCrossing", "Flights", "LastFM", "Walmart", "Yelp")
 #: Parameters on the Hamlet datasets (100-400 thousand rows, up to 100 thousand
 #: sparse columns): fewer iterations, a cheap initialization, and for K-Means the
@@ -99,13 +110,18 @@ def make_estimator(kind: str, params: dict[str, Any] | None = None):
 
 
 def _joined_bytes(schema: dict[str, Any]) -> float:
-    nb = schema["n_base_features"]
-    d_dim = max(schema["n_sources"], round(schema["feature_ratio"] * nb))
-    base = 0 if schema["join"] == "many_to_many" else nb
-    s = schema["sparsity"]
+    """Approximate bytes of a schema's joined matrix (``make_multi_source``
+    defaults for the parameters it does not set)."""
+    nb = schema.get("n_base_features", 5)
+    d_dim = max(
+        schema.get("n_sources", 2), round(schema.get("feature_ratio", 2.0) * nb)
+    )
+    base = 0 if schema.get("join", "left") == "many_to_many" else nb
+    s = schema.get("sparsity", 0.0)
+    n = schema.get("n_rows", 10_000)
     if s >= 0.5:
-        return schema["n_rows"] * (base + d_dim * (1 - s)) * 12.0
-    return schema["n_rows"] * (base + d_dim) * 8.0
+        return n * (base + d_dim * (1 - s)) * 12.0
+    return n * (base + d_dim) * 8.0
 
 
 def default_workloads(
@@ -119,9 +135,12 @@ def default_workloads(
     """The calibration workloads, in the order they are run.
 
     Hamlet datasets first (when ``hamlet_path`` is given; real data matter most),
-    then the synthetic grid in a random order, each schema with every estimator and
-    parameters drawn from small sets, so that a run cut by its budget still covers
-    the grid evenly.
+    then schemas of the synthetic grid, each with every estimator and parameters
+    drawn from small sets. The schemas follow a balanced design (see
+    :func:`balanced_schemas`): in every prefix of the sequence each value of each
+    grid parameter appears about equally often, so that a run cut by its budget
+    after a few dozen schemas still covers every value of every parameter, which a
+    random draw from the full product (thousands of combinations) does not.
 
     Parameters
     ----------
@@ -157,14 +176,7 @@ def default_workloads(
                 if kind == "kmeans":
                     w["init_rows"] = True
                 out.append(w)
-    keys = list(grid)
-    combos = list(itertools.product(*(grid[k] for k in keys)))
-    for i in rs.permutation(len(combos)):
-        schema = dict(zip(keys, (_plain(v) for v in combos[i])))
-        if schema["join"] == "many_to_many" and schema["n_sources"] < 2:
-            continue
-        if _joined_bytes(schema) > _MAX_JOINED_BYTES:
-            continue
+    for schema in balanced_schemas(grid, rs):
         for kind in estimators:
             choices = PARAMS[kind]
             w = {
@@ -174,9 +186,90 @@ def default_workloads(
                 "params": dict(choices[rs.randint(len(choices))]),
             }
             if kind == "logistic":
-                w["classes"] = int(rs.choice([2, 4]))
+                w["classes"] = int(rs.choice(CLASSES))
             out.append(w)
     return out
+
+
+def balanced_schemas(
+    grid: dict[str, Sequence[Any]], random_state: Any = 0, *, n_balanced: int = 400
+) -> list[dict[str, Any]]:
+    """Every valid schema of ``grid``, in a balanced order.
+
+    A greedy marginal design: each next schema is the unused valid one whose
+    parameter values have been used least so far (sum over parameters of the
+    count of its value; ties broken at random). In every prefix of the sequence
+    each value of each parameter then appears about equally often, as in a Latin
+    hypercube over the discrete levels, while a random draw from the full product
+    (thousands of combinations) leaves values out of a short prefix. Schemas that
+    cannot be built (a many-to-many join needs two sources) or whose joined matrix
+    would be too large are never chosen. After ``n_balanced`` schemas, the rest
+    follow in a random order.
+
+    Parameters
+    ----------
+    grid : dict of str to list
+        ``make_multi_source`` parameter values.
+    random_state : int, RandomState instance or None, default=0
+    n_balanced : int, default=400
+        Length of the balanced prefix (calibration budgets stop far earlier).
+
+    Returns
+    -------
+    schemas : list of dict
+
+    See Also
+    --------
+    default_workloads : The calibration workloads, built on these schemas.
+    calibrate : Times the workloads in this order until its budget is spent.
+
+    Notes
+    -----
+    The design balances each parameter's values (marginals), not their
+    combinations: a 10-minute calibration times a few dozen schemas out of
+    thousands, and the roofline features carry the interactions that the grid
+    cannot cover.
+
+    Examples
+    --------
+    >>> grid = {"n_rows": (1000, 2000), "tuple_ratio": (2.0, 5.0, 10.0),
+    ...         "n_sources": (1, 2), "join": ("left", "many_to_many")}
+    >>> first = balanced_schemas(grid)[:6]
+    >>> sorted(s["tuple_ratio"] for s in first)
+    [2.0, 2.0, 5.0, 5.0, 10.0, 10.0]
+    >>> sorted(s["join"] for s in first)
+    ['left', 'left', 'left', 'many_to_many', 'many_to_many', 'many_to_many']
+    """
+    rs = check_random_state(random_state)
+    keys = list(grid)
+    levels = [[_plain(v) for v in grid[k]] for k in keys]
+    schemas, codes = [], []
+    for combo in itertools.product(*(range(len(v)) for v in levels)):
+        schema = {k: levels[j][c] for j, (k, c) in enumerate(zip(keys, combo))}
+        if schema.get("join") == "many_to_many" and schema.get("n_sources", 2) < 2:
+            continue
+        if _joined_bytes(schema) > _MAX_JOINED_BYTES:
+            continue
+        schemas.append(schema)
+        codes.append(combo)
+    if not schemas:
+        return []
+    codes_a = np.asarray(codes, dtype=np.intp).reshape(len(schemas), len(keys))
+    counts = [np.zeros(len(v)) for v in levels]
+    free = np.ones(len(schemas), dtype=bool)
+    order: list[int] = []
+    for _ in range(min(int(n_balanced), len(schemas))):
+        score = sum(counts[j][codes_a[:, j]] for j in range(len(keys)))
+        score = score + 0.5 * rs.random_sample(len(schemas))  # ties only
+        score[~free] = np.inf
+        i = int(np.argmin(score))
+        free[i] = False
+        order.append(i)
+        for j in range(len(keys)):
+            counts[j][codes_a[i, j]] += 1
+    rest = np.flatnonzero(free)
+    order += [int(i) for i in rest[rs.permutation(rest.shape[0])]]
+    return [schemas[i] for i in order]
 
 
 def _plain(v: Any) -> Any:
@@ -393,7 +486,10 @@ class _Progress:
         rate = elapsed / done if done else float("nan")
         eta = min((self.total - done) * rate, max(self.budget - elapsed, 0.0))
         width = 24
-        filled = int(width * done / self.total)
+        # The default grid is far longer than a budget allows: the bar then
+        # shows the share of the budget spent.
+        progress = max(done / self.total, min(elapsed / max(self.budget, 1e-9), 1.0))
+        filled = int(width * progress)
         eta_s = "?" if math.isnan(eta) else _fmt_s(eta)
         line = (
             f"\rcalibrate [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} "

@@ -551,7 +551,9 @@ def plan_costs(
         Every entry of :data:`COMPONENTS`; ``flops`` (dense and sparse) and
         ``bytes`` (stream and gather) of the fit without the setup, and
         ``seconds``: the sum over components of amount x seconds per unit x
-        efficiency.
+        efficiency; ``component_seconds``, that sum's terms (a dict by
+        component), and ``common_seconds``, the part of them that does not
+        depend on the plan (dense algebra on small matrices, element-wise work).
     """
     rep, device = split_plan(plan)
     f = features
@@ -613,13 +615,23 @@ def plan_costs(
 
     unit = unit_costs(f, device)
     eff = efficiency or {}
-    seconds = sum(c[k] * unit[k] * float(eff.get(k, 1.0)) for k in COMPONENTS)
+    per = {k: c[k] * unit[k] * float(eff.get(k, 1.0)) for k in COMPONENTS}
+    common = float(f["common_flops"]) * _per_unit(unit, eff, "dense_flops") + float(
+        f["common_bytes"]
+    ) * _per_unit(unit, eff, "stream_bytes")
     return {
         **c,
         "flops": c["dense_flops"] + c["sparse_flops"],
         "bytes": c["stream_bytes"] + c["gather_bytes"],
-        "seconds": max(seconds, 1e-6),
+        "seconds": max(sum(per.values()), 1e-6),
+        "component_seconds": per,
+        "common_seconds": common,
     }
+
+
+def _per_unit(unit: dict[str, float], efficiency: dict[str, float], key: str) -> float:
+    """Seconds per unit of component ``key`` after its calibrated slow-down."""
+    return unit[key] * float(efficiency.get(key, 1.0))
 
 
 _KIND_CODES = {k: i for i, k in enumerate(ESTIMATOR_KINDS)}
@@ -648,9 +660,47 @@ def model_inputs(
     """The learned model's input vector for one plan (finite floats only).
 
     Logarithms of sizes, ratios, flags, the estimator kind and solver as codes, the
-    plan, and the roofline estimates of this plan and of the other representation
-    on the same device (the learned model predicts the log of measured time over
-    this plan's roofline time).
+    plan, the roofline estimates of this plan and of the other representation on
+    the same device (the learned model predicts the log of measured time over this
+    plan's roofline time), the shares of this plan's roofline time per cost
+    component and for plan-independent work, and the counts of gathered elements
+    and of per-row, per-column work. The shares and counts describe a workload by
+    the kind of work it does rather than by its schema, so that what the model
+    learns on the calibration grid carries over to schemas outside it.
+
+    Parameters
+    ----------
+    features : dict
+        Output of :func:`plan_features`.
+    plan : str
+        One of :data:`PLANS`.
+    cached : bool, default=False
+        Whether the joined matrix is already materialized.
+    efficiency : dict of str to float, optional
+        Calibrated component slow-downs (see :func:`plan_costs`).
+
+    Returns
+    -------
+    inputs : dict of str to float
+
+    See Also
+    --------
+    plan_costs : The roofline estimate the inputs are built around.
+
+    Examples
+    --------
+    >>> import math
+    >>> from ilargi_sklearn.datasets import make_multi_source
+    >>> from ilargi_sklearn.cluster import FactorizedKMeans
+    >>> from ilargi_sklearn.planner import model_inputs, plan_features
+    >>> ds = make_multi_source(2000, tuple_ratio=20, random_state=0).dataset
+    >>> hw = {"cpu_cores": 2, "gemm_gflops": 20.0, "mem_bandwidth_gbs": 10.0}
+    >>> f = plan_features(ds, FactorizedKMeans(n_clusters=4), hardware=hw)
+    >>> x = model_inputs(f, "factorized-cpu")
+    >>> all(math.isfinite(v) for v in x.values())
+    True
+    >>> round(sum(x[f"share_{k}"] for k in COMPONENTS), 6)
+    1.0
     """
     rep, device = split_plan(plan)
     f = features
@@ -659,6 +709,8 @@ def model_inputs(
     alt = plan_costs(f, other, cached=cached, efficiency=efficiency)
     fact = own if rep == "factorized" else alt
     mat = alt if rep == "factorized" else own
+    n, d, m = float(f["n_rows"]), float(f["n_features"]), float(f["m"])
+    groups, passes = float(f["n_row_groups"]), float(f["passes"])
     x = {
         "log_rows": _log(f["n_rows"]),
         "log_features": _log(f["n_features"]),
@@ -695,6 +747,26 @@ def model_inputs(
         "log_roofline_ratio": _log(fact["seconds"]) - _log(mat["seconds"]),
         "log_flop_ratio": _log(mat["flops"] + 1) - _log(fact["flops"] + 1),
         "log_setup_share": _log(own["setup_bytes"] + 1) - _log(own["bytes"] + 1),
+        # Where this plan's roofline time goes (shares of its seconds), so that the
+        # trees learn per kind of work how far it is from its rate, whatever the
+        # schema: a gather-bound factorized plan (many row groups, several
+        # right-hand-side columns) then looks alike on and off the grid.
+        **{
+            f"share_{k}": own["component_seconds"][k] / own["seconds"]
+            for k in COMPONENTS
+        },
+        # Work that scales with rows x right-hand-side columns: gathered and
+        # scattered elements of the factorized plan (zero for the materialized
+        # one), and the per-row, per-column element-wise work both plans do
+        # (distances and argmin, soft-max, multiplicative updates).
+        "log_gather_elements": _log(n * m * groups * passes + 1)
+        if rep == "factorized"
+        else 0.0,
+        "log_row_column_work": _log(n * m * passes),
+        "log_columns_per_term": _log(d / max(float(f["n_terms"]), 1.0)),
+        # Plan-independent work (dense algebra on small matrices, element-wise
+        # passes) as a share of this plan's roofline time.
+        "log_common_share": _log(own["common_seconds"] + 1e-9) - _log(own["seconds"]),
         "cpu_cores": float(f.get("cpu_cores", 1)),
         "log_gemm_gflops": _log(f.get("gemm_gflops", 10.0)),
         "log_bandwidth_gbs": _log(f.get("mem_bandwidth_gbs", 5.0)),
