@@ -6,6 +6,17 @@ multi-source dataset and on a plain (materialized) matrix. They mirror
 scikit-learn's ``_kmeans_single_lloyd`` step by step (greedy k-means++, empty-cluster
 relocation, strict and tolerance-based convergence, the final E-step), so that with
 the same initial centers the fit reproduces ``sklearn.cluster.KMeans``.
+
+On a NumPy factorized matrix with dense sources, and with numba installed, the
+iteration runs as two compiled passes over the target rows instead
+(:class:`_FusedLloyd`, kernels in ``_backend._compiled``): the E-step multiplies the
+identity source in the loop and adds one precomputed ``(source rows + 1) x k`` table
+row per row group, with the arg-min in registers; the M-step accumulates the base
+columns per cluster and the (source row, cluster) weights per group. No
+``n x n_clusters`` array is built. At 2e5 rows, two dimension tables and 8 clusters
+an iteration went from about 15 ms to about 7 ms (one thread) and the fit's peak memory
+from 49 MB to 25 MB. Other operators (sparse sources, plain matrices, device
+arrays) and ``ILARGI_SKLEARN_NO_NUMBA=1`` keep the NumPy kernels below.
 """
 
 from __future__ import annotations
@@ -29,6 +40,12 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.extmath import row_norms
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
+from ilargi_sklearn._backend._compiled import (
+    fused_accumulate,
+    fused_assign,
+    fused_partial_at,
+    numba_available,
+)
 from ilargi_sklearn._backend._cuml import fit_cuml, use_cuml
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
@@ -38,6 +55,7 @@ from ilargi_sklearn._backend._namespace import (
     to_numpy,
 )
 from ilargi_sklearn.dataset import AffineOperator, FactorizedMatrix, MatrixOperator
+from ilargi_sklearn.dataset._operators import fused_layout
 from ilargi_sklearn.utils._validation import (
     DEVICES,
     DeviceMixin,
@@ -205,7 +223,8 @@ def _relocate_empty_clusters(
     op,
     sample_weight,
     x_squared_norms,
-    partial,
+    row_partial,
+    partial_scale,
     centers_sums,
     weight_in_clusters,
     labels,
@@ -214,23 +233,22 @@ def _relocate_empty_clusters(
 
     Mirrors scikit-learn's ``_relocate_empty_clusters_*``: the ``n_empty`` rows with
     the largest distance to their (old) center each leave their cluster and seed one
-    empty cluster. The distances come from the partial distances of the E-step, so
-    no extra product is needed; only the chosen rows are extracted.
+    empty cluster. The distances come from the partial distances of the E-step
+    (``row_partial[i]``: that of row ``i`` to its own center; ``partial_scale``: the
+    largest absolute partial distance), so no extra product is needed; only the
+    chosen rows are extracted.
     """
     empty_clusters = np.flatnonzero(weight_in_clusters == 0)
     n_empty = empty_clusters.shape[0]
     if n_empty == 0:
         return
-    n_samples = labels.shape[0]
-    distances = x_squared_norms + partial[np.arange(n_samples), labels]
+    distances = x_squared_norms + row_partial
     np.maximum(distances, 0, out=distances)
     # scikit-learn computes ||x - c||^2 directly and gives up when it is exactly 0
     # everywhere (more clusters than distinct rows); the expanded form leaves a
     # rounding residue instead, so "zero" is relative to the magnitudes involved.
-    scale = float(x_squared_norms.max(initial=0.0)) + float(
-        np.max(np.abs(partial), initial=0.0)
-    )
-    eps = np.finfo(partial.dtype).eps
+    scale = float(x_squared_norms.max(initial=0.0)) + float(partial_scale)
+    eps = np.finfo(row_partial.dtype).eps
     if distances.max() <= 8 * (op.n_cols + 2) * eps * scale:
         return
     far_from_centers = np.argpartition(distances, -n_empty)[: -n_empty - 1 : -1]
@@ -335,15 +353,17 @@ def _lloyd_iter(op, sample_weight, centers, x_squared_norms, update_centers=True
         dtype=centers.dtype,
     )
 
-    _relocate_empty_clusters(
-        op,
-        sample_weight,
-        x_squared_norms,
-        partial,
-        centers_new,
-        weight_in_clusters,
-        labels,
-    )
+    if np.any(weight_in_clusters == 0):
+        _relocate_empty_clusters(
+            op,
+            sample_weight,
+            x_squared_norms,
+            partial[np.arange(labels.shape[0]), labels],
+            np.max(np.abs(partial), initial=0.0),
+            centers_new,
+            weight_in_clusters,
+            labels,
+        )
     _average_centers(centers_new, weight_in_clusters)
     center_shift = np.sqrt(((centers_new - centers) ** 2).sum(axis=1))
     return labels, partial, centers_new, center_shift
@@ -380,6 +400,19 @@ def _labels_inertia(
     inertia : float
         Only when ``return_inertia``.
     """
+    fused = _fused_lloyd_plan(op, centers.shape[0])
+    if fused is not None:
+        # The compiled E-step: no n x n_clusters array.
+        labels, best, _, _ = fused.step(
+            np.asarray(centers, dtype=fused.dtype), None, update=False
+        )
+        if not return_inertia:
+            return labels
+        if x_squared_norms is None:
+            x_squared_norms = op.row_sq_norms()
+        d = x_squared_norms + best
+        np.maximum(d, 0, out=d)
+        return labels, float(d @ sample_weight)
     labels, partial, _, _ = _lloyd_iter(
         op, sample_weight, centers, x_squared_norms, update_centers=False
     )
@@ -442,6 +475,240 @@ def _kmeans_single_lloyd(
         )
     inertia = _inertia_from_partial(x_squared_norms, partial, labels, sample_weight)
     return labels, inertia, centers, i + 1
+
+
+# --------------------------------------------------- the compiled (fused) iteration
+#: Identity sources up to this many columns are multiplied inside the fused loop;
+#: wider ones are multiplied by BLAS into an n x k table first.
+_INLINE_MAX_COLS = 32
+
+
+def _fused_lloyd_plan(op, n_clusters):
+    """A :class:`_FusedLloyd` for ``op``, or None (NumPy kernels then run).
+
+    The compiled iteration runs when numba is available and ``op`` is a NumPy
+    factorized matrix with dense sources (under centering/scaling layers).
+    """
+    if not numba_available():
+        return None
+    layout = fused_layout(op)
+    if layout is None:
+        return None
+    return _FusedLloyd(layout, n_clusters)
+
+
+class _FusedLloyd:
+    """Per-fit tables and workspaces of the fused Lloyd iteration.
+
+    With ``T' = (T - 1 o^T) diag(s)`` and centers ``C`` in the coordinates of
+    ``T'``, the partial distance ``||c_j||^2 - 2 t'_i . c_j`` is
+
+        ``bias_j - 2 (sum_{f in base} (x_if - o_f) e_jf + sum_g P_g[idx_g(i), j])``
+
+    with ``E = C diag(s)``, per row group a table ``P_g = S~_g E_g^T`` of
+    ``source rows + 1`` rows (``S~_g``: the source centered on the columns it alone
+    covers, plus a last row ``-o`` that unmatched target rows take), and
+    ``bias_j = ||c_j||^2 + 2 sum_{f shared} o_f e_jf`` for the columns that several
+    terms share (their centering cannot live in one source). Centering inside the
+    sources keeps the products as accurate as scikit-learn's on the centered matrix.
+    The M-step sums come from the same pass: the base columns' weighted sums per
+    cluster and, per group, the weighted (source row, cluster) counts ``N_g``, so
+    that ``T'^T A = (N_g^T S~_g ...  - W o_shared^T) diag(s)``.
+    """
+
+    def __init__(self, layout, n_clusters):
+        self.dtype = dtype = np.dtype(layout.dtype)
+        n, m = layout.shape
+        self.n_rows, self.n_cols, self.k = n, m, n_clusters
+        offset = (
+            np.zeros(m) if layout.offset is None else np.asarray(layout.offset, float)
+        )
+        self.scale = None if layout.scale is None else np.asarray(layout.scale, float)
+        alone = layout.coverage == 1
+        o_in = np.where(alone, offset, 0.0)
+        self.o_out = np.where(alone, 0.0, offset)
+        self.has_out = bool(np.any(self.o_out != 0))
+        groups = [(g.idx, g.S, g.cols) for g in layout.groups]
+        base = layout.base
+        if base is not None and base.shape[1] > _INLINE_MAX_COLS:
+            groups.insert(0, (np.arange(n, dtype=np.int64), base, layout.base_cols))
+            base = None
+        if base is None:
+            self.X0 = np.empty((n, 0), dtype=dtype)
+            self.cols0 = np.zeros(0, dtype=np.int64)
+        else:
+            self.X0, self.cols0 = base, layout.base_cols
+        self.o0 = o_in[self.cols0].astype(dtype)
+        self.idxs, self.tables, self.cols = [], [], []
+        offsets, pads = [], []
+        total = 0
+        for idx, S, cols in groups:
+            r = S.shape[0]
+            St = np.empty((r + 1, S.shape[1]), dtype=dtype)
+            np.subtract(S, o_in[cols].astype(dtype), out=St[:r])
+            St[r] = -o_in[cols]
+            self.idxs.append(idx)
+            self.tables.append(St)
+            self.cols.append(cols)
+            offsets.append(total)
+            pads.append(r)
+            total += r + 1
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+        self.pads = np.asarray(pads, dtype=np.int64)
+        self.total = total
+        # Centers in blocks of 8 (the kernel's register block); padding centers
+        # have zero coordinates and an infinite bias.
+        self.n_blocks = -(-n_clusters // 8)
+        kp = 8 * self.n_blocks
+        self.P = np.zeros((total, kp), dtype=dtype)
+        self.E = np.zeros((kp, m), dtype=dtype)
+        self.bias = np.full(kp, np.inf, dtype=dtype)
+        self.best = np.empty(n, dtype=dtype)
+        self.buffers = {}
+
+    def _prepare(self, centers):
+        """Tables, blocked centers and biases for ``centers``."""
+        dtype, k = self.dtype, self.k
+        E = self.E
+        if self.scale is None:
+            E[:k] = centers
+        else:
+            E[:k] = centers * self.scale
+        bias = self.bias
+        bias[:k] = row_norms(centers, squared=True)
+        if self.has_out:
+            bias[:k] += (2.0 * (E[:k] @ self.o_out)).astype(dtype)
+        C0 = np.ascontiguousarray(E[:, self.cols0].T)
+        for St, cols, start in zip(self.tables, self.cols, self.offsets):
+            stop = start + St.shape[0]
+            np.matmul(St, np.ascontiguousarray(E[:, cols].T), out=self.P[start:stop])
+        return C0
+
+    def step(self, centers, weights, *, update, labels_in=None, labels_out=None):
+        """One fused E-step (and the M-step sums when ``update``).
+
+        Returns ``(labels, best, sums, cluster_weights)``: ``best[i]`` is the
+        partial distance of row ``i`` to its center, ``sums`` the center sums
+        ``T'^T A`` (n_clusters x n_features, float64; None unless ``update``).
+        With ``labels_in`` only the partial distances to those centers are
+        computed.
+        """
+        C0 = self._prepare(centers)
+        common = (self.X0, self.o0)
+        if labels_in is not None:
+            fused_partial_at(
+                *common,
+                C0,
+                self.idxs,
+                self.P,
+                self.offsets,
+                self.pads,
+                self.bias,
+                labels_in,
+                self.best,
+            )
+            return labels_in, self.best, None, None
+        nb = self.n_blocks
+        C3 = np.ascontiguousarray(C0.reshape(C0.shape[0], nb, 8).transpose(1, 0, 2))
+        labels = np.empty(self.n_rows, np.int32) if labels_out is None else labels_out
+        fused_assign(
+            *common,
+            C3,
+            self.idxs,
+            self.P.reshape(self.total, nb, 8),
+            self.offsets,
+            self.pads,
+            self.bias.reshape(nb, 8),
+            labels,
+            self.best,
+        )
+        if not update:
+            return labels, self.best, None, None
+        wsum, sums0, cnt = fused_accumulate(
+            *common,
+            self.idxs,
+            self.offsets,
+            self.pads,
+            weights,
+            labels,
+            self.k,
+            self.total,
+            self.buffers,
+        )
+        sums = np.zeros((self.k, self.n_cols))
+        sums[:, self.cols0] = sums0
+        for St, cols, start in zip(self.tables, self.cols, self.offsets):
+            block = cnt[start : start + St.shape[0]]
+            sums[:, cols] += block.T @ St
+        if self.has_out:
+            sums -= np.multiply.outer(wsum, self.o_out)
+        if self.scale is not None:
+            sums *= self.scale
+        return labels, self.best, sums, wsum
+
+
+def _kmeans_single_lloyd_fused(
+    fused, op, sample_weight, centers_init, x_squared_norms, max_iter, tol
+):
+    """:func:`_kmeans_single_lloyd` with the compiled fused iteration.
+
+    Same iteration, convergence tests, empty-cluster relocation and final E-step;
+    no ``n x n_clusters`` array is built and the n-sized workspaces (labels, partial
+    distances) are reused across iterations.
+    """
+    dtype = fused.dtype
+    n = op.n_rows
+    label_buffers = [np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32)]
+    # The kernel reads float64 weights: convert once, not per iteration.
+    weights64 = np.asarray(sample_weight, dtype=np.float64)
+    centers = centers_init
+    labels_old = None
+    labels = None
+    strict_convergence = False
+    for i in range(max_iter):
+        labels, best, sums, weights = fused.step(
+            centers, weights64, update=True, labels_out=label_buffers[i % 2]
+        )
+        weight_in_clusters = weights.astype(dtype)
+        centers_new = sums.astype(dtype)
+        if np.any(weight_in_clusters == 0):
+            _relocate_empty_clusters(
+                op,
+                sample_weight,
+                x_squared_norms,
+                best,
+                np.max(np.abs(best), initial=0.0),
+                centers_new,
+                weight_in_clusters,
+                labels,
+            )
+        _average_centers(centers_new, weight_in_clusters)
+        center_shift_tot = float(((centers_new - centers) ** 2).sum())
+        centers = centers_new
+        if labels_old is not None and np.array_equal(labels, labels_old):
+            logger.debug("Converged at iteration %d: strict convergence.", i)
+            strict_convergence = True
+            break
+        if center_shift_tot <= tol:
+            logger.debug(
+                "Converged at iteration %d: center shift %g within tolerance %g.",
+                i,
+                center_shift_tot,
+                tol,
+            )
+            break
+        labels_old = labels
+    if strict_convergence:
+        # The labels of the previous centers, the distances to the new ones.
+        _, best, _, _ = fused.step(centers, weights64, update=False, labels_in=labels)
+    else:
+        labels, best, _, _ = fused.step(
+            centers, weights64, update=False, labels_out=label_buffers[0]
+        )
+    d = x_squared_norms + best
+    np.maximum(d, 0, out=d)
+    inertia = float(d @ sample_weight)
+    return labels.copy(), inertia, centers, i + 1
 
 
 # ------------------------------------------------------- kernels on a device
@@ -691,6 +958,11 @@ class FactorizedKMeans(
     equal those of ``sklearn.cluster.KMeans(algorithm="lloyd", n_init=1)`` on the
     joined matrix up to rounding.
 
+    With numba installed (``pip install 'ilargi-sklearn[fast]'``) and dense sources,
+    the Lloyd iterations run as compiled passes over the index vectors (per row:
+    the base row's dot products, one table lookup per joined source, arg-min), on as
+    many threads as scikit-learn's OpenMP setting allows.
+
     References
     ----------
     Sun, Hai et al., "Ilargi: a GPU compatible factorized ML model training
@@ -858,13 +1130,30 @@ class FactorizedKMeans(
         else:
             x_squared_norms = np.asarray(fit_op.row_sq_norms(), dtype=op.dtype)
             best_inertia, best_labels = None, None
+        fused = None if on_device else _fused_lloyd_plan(fit_op, self.n_clusters)
         for _ in range(n_init):
             centers_init = self._init_centroids(
                 fit_op, x_squared_norms, init, random_state, sample_weight
             )
-            labels, inertia, centers, n_iter = _kmeans_single_lloyd(
-                fit_op, sample_weight, centers_init, x_squared_norms, self.max_iter, tol
-            )
+            if fused is not None:
+                labels, inertia, centers, n_iter = _kmeans_single_lloyd_fused(
+                    fused,
+                    fit_op,
+                    sample_weight,
+                    centers_init,
+                    x_squared_norms,
+                    self.max_iter,
+                    tol,
+                )
+            else:
+                labels, inertia, centers, n_iter = _kmeans_single_lloyd(
+                    fit_op,
+                    sample_weight,
+                    centers_init,
+                    x_squared_norms,
+                    self.max_iter,
+                    tol,
+                )
             if best_inertia is None or (
                 inertia < best_inertia and not _is_same_clustering(labels, best_labels)
             ):

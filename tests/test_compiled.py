@@ -1,0 +1,342 @@
+"""Compiled (numba) kernels: equal to the NumPy paths, optional, never imported early."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from sklearn.cluster import KMeans
+from threadpoolctl import threadpool_limits
+
+from ilargi_sklearn import MultiSourceDataset
+from ilargi_sklearn._backend import _compiled
+from ilargi_sklearn.cluster import FactorizedKMeans, _kmeans
+from ilargi_sklearn.dataset import AffineOperator, FactorizedMatrix, MatrixOperator
+from ilargi_sklearn.dataset._operators import fused_layout, matmul_into
+from ilargi_sklearn.linear_model._linear import _solve_lsqr
+from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
+
+numba = pytest.importorskip("numba")
+
+
+def _tol(dtype):
+    return 1e-9 if np.dtype(dtype) == np.float64 else 2e-4
+
+
+def _dense(ds):
+    A = ds.materialize("dense")
+    return A.toarray() if hasattr(A, "toarray") else np.asarray(A)
+
+
+@pytest.fixture(autouse=True)
+def compiled_enabled(monkeypatch):
+    """Run with the compiled kernels on (whatever the caller's environment says)."""
+    monkeypatch.delenv(_compiled.NO_NUMBA_ENV, raising=False)
+
+
+@pytest.fixture
+def spy_fused(monkeypatch):
+    """Count the runs of the compiled Lloyd loop."""
+    calls = []
+    original = _kmeans._kmeans_single_lloyd_fused
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(_kmeans, "_kmeans_single_lloyd_fused", spy)
+    return calls
+
+
+# ------------------------------------------------------------------- availability
+def test_numba_is_not_imported_with_the_package():
+    code = (
+        "import sys, ilargi_sklearn\n"
+        "from ilargi_sklearn.cluster import FactorizedKMeans\n"
+        "from ilargi_sklearn.linear_model import FactorizedLinearRegression\n"
+        "print('numba' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "False"
+
+
+def test_environment_variable_disables_the_kernels(monkeypatch):
+    monkeypatch.delenv(_compiled.NO_NUMBA_ENV, raising=False)
+    assert _compiled.numba_available()
+    monkeypatch.setenv(_compiled.NO_NUMBA_ENV, "1")
+    assert not _compiled.numba_available()
+    monkeypatch.setenv(_compiled.NO_NUMBA_ENV, "0")
+    assert _compiled.numba_available()
+
+
+def test_threads_follow_the_openmp_limit():
+    with threadpool_limits(limits=1, user_api="openmp"):
+        assert _compiled.n_threads() == 1
+    assert 1 <= _compiled.n_threads() <= numba.get_num_threads()
+
+
+# ------------------------------------------------------------------------ kernels
+def _reference_assign(X0, o0, C0, idxs, P, offsets, pads, bias):
+    acc = (X0 - o0) @ C0
+    for idx, off, pad in zip(idxs, offsets, pads):
+        acc += P[off + np.where(idx < 0, pad, idx)]
+    partial = bias - 2.0 * acc
+    return partial.argmin(axis=1), partial
+
+
+@pytest.mark.parametrize("k", [3, 8, 11])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_assign_and_accumulate_match_numpy(k, dtype):
+    rng = np.random.default_rng(k)
+    n, d0, r = 500, 4, 7
+    X0 = rng.standard_normal((n, d0)).astype(dtype)
+    o0 = rng.standard_normal(d0).astype(dtype)
+    idxs = [rng.integers(-1, r, n), rng.integers(0, r + 3, n)]
+    sizes = [r + 1, r + 4]
+    offsets = np.array([0, sizes[0]])
+    pads = np.array([r, r + 3])
+    total = sum(sizes)
+    kp = -(-k // 8) * 8
+    C0 = np.zeros((d0, kp), dtype=dtype)
+    C0[:, :k] = rng.standard_normal((d0, k))
+    P = np.zeros((total, kp), dtype=dtype)
+    P[:, :k] = rng.standard_normal((total, k))
+    bias = np.full(kp, np.inf, dtype=dtype)
+    bias[:k] = rng.random(k)
+    labels = np.empty(n, dtype=np.int32)
+    best = np.empty(n, dtype=dtype)
+    nb = kp // 8
+    _compiled.fused_assign(
+        X0,
+        o0,
+        np.ascontiguousarray(C0.reshape(d0, nb, 8).transpose(1, 0, 2)),
+        idxs,
+        P.reshape(total, nb, 8),
+        offsets,
+        pads,
+        bias.reshape(nb, 8),
+        labels,
+        best,
+    )
+    ref_labels, partial = _reference_assign(
+        X0.astype(float), o0, C0[:, :k], idxs, P[:, :k], offsets, pads, bias[:k]
+    )
+    np.testing.assert_array_equal(labels, ref_labels)
+    tol = _tol(dtype)
+    scale = np.abs(partial).max()
+    np.testing.assert_allclose(best, partial.min(axis=1), atol=tol * scale)
+
+    at = np.empty(n, dtype=dtype)
+    given = rng.integers(0, k, n).astype(np.int32)
+    _compiled.fused_partial_at(X0, o0, C0, idxs, P, offsets, pads, bias, given, at)
+    np.testing.assert_allclose(at, partial[np.arange(n), given], atol=tol * scale)
+
+    w = rng.random(n)
+    wsum, sums0, cnt = _compiled.fused_accumulate(
+        X0, o0, idxs, offsets, pads, w, labels, k, total
+    )
+    np.testing.assert_allclose(wsum, np.bincount(labels, w, minlength=k))
+    ref_sums0 = np.zeros((k, d0))
+    np.add.at(ref_sums0, labels, w[:, None] * (X0 - o0))
+    np.testing.assert_allclose(sums0, ref_sums0, rtol=tol, atol=tol)
+    ref_cnt = np.zeros((total, k))
+    for idx, off, pad in zip(idxs, offsets, pads):
+        np.add.at(ref_cnt, (off + np.where(idx < 0, pad, idx), labels), w)
+    np.testing.assert_allclose(cnt, ref_cnt, rtol=1e-12)
+
+
+def test_two_chunks_equal_one_chunk(monkeypatch):
+    ds = random_dataset(3, n_rows=9000, scenario="left")
+    init = _dense(ds)[:5]
+    one = FactorizedKMeans(5, init=init, max_iter=5).fit(ds)
+    monkeypatch.setattr(_compiled, "n_threads", lambda: 2)
+    two = FactorizedKMeans(5, init=init, max_iter=5).fit(ds)
+    np.testing.assert_array_equal(one.labels_, two.labels_)
+    np.testing.assert_allclose(one.cluster_centers_, two.cluster_centers_, rtol=1e-10)
+    np.testing.assert_allclose(one.inertia_, two.inertia_, rtol=1e-10)
+
+
+# ---------------------------------------------------------------- fused layouts
+def _layout_matrix(layout):
+    """The matrix a layout describes, built densely (test helper)."""
+    n, m = layout.shape
+    T = np.zeros((n, m))
+    if layout.base is not None:
+        T[:, layout.base_cols] += layout.base
+    for g in layout.groups:
+        Z = np.vstack([g.S, np.zeros((1, g.S.shape[1]))])
+        T[:, g.cols] += Z[np.where(g.idx < 0, g.S.shape[0], g.idx)]
+    if layout.offset is not None:
+        T -= layout.offset
+    if layout.scale is not None:
+        T *= layout.scale
+    return T
+
+
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s != "sparse"])
+def test_layout_describes_the_operator(scenario):
+    ds = random_dataset(1, n_rows=80, scenario=scenario)
+    op = ds.operator
+    rng = np.random.default_rng(0)
+    scale = rng.random(op.n_cols) + 0.5
+    offset = rng.standard_normal(op.n_cols)
+    nested = AffineOperator(AffineOperator(op, scale=scale), offset=offset)
+    for o in (op, AffineOperator(op, offset=offset), nested):
+        layout = fused_layout(o)
+        assert layout is not None
+        T = _layout_matrix(layout)
+        np.testing.assert_allclose(T, o.materialize("dense"), atol=_tol(op.dtype))
+
+
+def test_layout_is_none_where_kernels_do_not_apply():
+    sparse = random_dataset(0, scenario="sparse").operator
+    assert fused_layout(sparse) is None
+    assert fused_layout(MatrixOperator(np.ones((4, 2)))) is None
+
+
+# ---------------------------------------------------------- KMeans: both paths
+def _fit_both(ds, monkeypatch, **kw):
+    fused = FactorizedKMeans(**kw).fit(ds)
+    with monkeypatch.context() as m:
+        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        plain = FactorizedKMeans(**kw).fit(ds)
+    return fused, plain
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_kmeans_compiled_equals_numpy_and_sklearn(scenario, monkeypatch, spy_fused):
+    ds = random_dataset(2, n_rows=200, scenario=scenario)
+    X = _dense(ds)
+    init = X[np.random.default_rng(0).choice(X.shape[0], 6, replace=False)]
+    sw = np.random.default_rng(1).random(X.shape[0]) + 0.5
+    fused = FactorizedKMeans(6, init=init).fit(ds, sample_weight=sw)
+    assert len(spy_fused) == (0 if scenario == "sparse" else 1)
+    with monkeypatch.context() as m:
+        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        plain = FactorizedKMeans(6, init=init).fit(ds, sample_weight=sw)
+    assert len(spy_fused) == (0 if scenario == "sparse" else 1)
+    ref = KMeans(6, init=init, n_init=1, algorithm="lloyd").fit(X, sample_weight=sw)
+    tol = _tol(X.dtype)
+    for other in (plain, ref):
+        np.testing.assert_array_equal(fused.labels_, other.labels_)
+        scale = np.abs(other.cluster_centers_).max()
+        np.testing.assert_allclose(
+            fused.cluster_centers_, other.cluster_centers_, atol=tol * scale
+        )
+        np.testing.assert_allclose(fused.inertia_, other.inertia_, rtol=tol)
+        assert fused.n_iter_ == other.n_iter_
+
+
+def test_kmeans_compiled_relocates_empty_clusters(spy_fused):
+    rng = np.random.default_rng(0)
+    base = rng.random((120, 2))
+    dim = rng.random((10, 2))
+    fk = rng.integers(0, 10, 120)
+    ds = MultiSourceDataset.from_matrices([base, dim], [None, fk])
+    X = _dense(ds)
+    init = np.vstack([X[:2], np.full((2, 4), 50.0)])
+    ours = FactorizedKMeans(4, init=init, max_iter=1).fit(ds)
+    ref = KMeans(4, init=init, n_init=1, max_iter=1).fit(X)
+    assert spy_fused
+    np.testing.assert_array_equal(ours.labels_, ref.labels_)
+    np.testing.assert_allclose(ours.cluster_centers_, ref.cluster_centers_, atol=1e-9)
+    assert np.unique(ours.labels_).shape[0] == 4
+
+
+def test_kmeans_compiled_on_scaled_data(monkeypatch):
+    # A scaled and centered operator (AffineOperator) under the implicit centering.
+    ds = random_dataset(4, n_rows=150, scenario="outer")
+    op = ds.operator
+    scale = np.linspace(0.5, 2.0, op.n_cols)
+    scaled = AffineOperator(op, scale=scale, offset=np.full(op.n_cols, 0.3))
+    X = scaled.materialize("dense")
+    init = X[:5]
+    seen = []
+    original = _kmeans._fused_lloyd_plan
+
+    def plan(fit_op, k):
+        out = original(fit_op, k)
+        seen.append(out is not None)
+        return out
+
+    monkeypatch.setattr(_kmeans, "_fused_lloyd_plan", plan)
+    monkeypatch.setattr(_kmeans, "validate_X", lambda *a, **k: scaled)
+    ours = FactorizedKMeans(5, init=init).fit(X)
+    ref = KMeans(5, init=init, n_init=1, algorithm="lloyd").fit(X)
+    assert seen == [True]
+    np.testing.assert_array_equal(ours.labels_, ref.labels_)
+    np.testing.assert_allclose(ours.cluster_centers_, ref.cluster_centers_, atol=1e-9)
+
+
+@pytest.mark.parametrize("scenario", ["star", "outer", "float32"])
+def test_kmeans_predict_and_score_compiled_equal_numpy(scenario, monkeypatch):
+    ds = random_dataset(5, n_rows=150, scenario=scenario)
+    fused, plain = _fit_both(ds, monkeypatch, n_clusters=4, random_state=0)
+    np.testing.assert_array_equal(fused.labels_, plain.labels_)
+    other = ds[np.arange(0, ds.shape[0], 3)]
+    labels, score = fused.predict(other), fused.score(other)
+    with monkeypatch.context() as m:
+        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        np.testing.assert_array_equal(labels, fused.predict(other))
+        np.testing.assert_allclose(score, fused.score(other), rtol=_tol(ds.dtype))
+    np.testing.assert_array_equal(labels, fused.labels_[::3])
+
+
+# ------------------------------------------------------------ products with out=
+@pytest.mark.parametrize("scenario", ["star", "left", "sparse", "float32"])
+@pytest.mark.parametrize("k", [None, 3])
+def test_matmul_out_is_filled_in_place(scenario, k):
+    ds = random_dataset(6, n_rows=70, scenario=scenario)
+    fm = ds.operator
+    rng = np.random.default_rng(0)
+    shape = fm.n_cols if k is None else (fm.n_cols, k)
+    X = rng.standard_normal(shape).astype(fm.dtype)
+    ops = [fm, fm.materialized(), AffineOperator(fm, offset=rng.random(fm.n_cols))]
+    for op in ops:
+        expected = op.materialize("dense") @ X
+        out = np.full(expected.shape, np.nan, dtype=fm.dtype)
+        got = matmul_into(op, X, out)
+        assert got is out
+        np.testing.assert_allclose(out, expected, atol=_tol(fm.dtype) * 10)
+
+
+def test_matmul_out_with_wrong_shape_raises():
+    fm = random_dataset(0, scenario="star").operator
+    assert isinstance(fm, FactorizedMatrix)
+    with pytest.raises(ValueError, match=r"out must be a C-contiguous ndarray"):
+        fm.matmul(np.ones(fm.n_cols), out=np.empty(fm.n_rows + 1))
+
+
+@pytest.mark.parametrize("scenario", ["left", "float32"])
+def test_lsqr_with_workspaces_matches_the_materialized_fit(scenario):
+    ds = random_dataset(7, n_rows=120, scenario=scenario)
+    op = ds.operator
+    rng = np.random.default_rng(0)
+    Y = rng.standard_normal((op.n_rows, 2))
+    sw = rng.random(op.n_rows) + 0.5
+    for weights in (None, sw):
+        ours = _solve_lsqr(op, Y, weights, True, 1e-12)
+        ref = _solve_lsqr(op.materialized(), Y, weights, True, 1e-12)
+        tol = _tol(op.dtype) * 10
+        np.testing.assert_allclose(ours[0], ref[0], rtol=tol, atol=tol)
+        np.testing.assert_allclose(ours[1], ref[1], rtol=tol, atol=tol)
+
+
+def test_without_numba_the_numpy_path_runs():
+    code = (
+        "import sys\n"
+        "sys.modules['numba'] = None  # import numba raises ImportError\n"
+        "import numpy as np\n"
+        "from ilargi_sklearn._backend import _compiled\n"
+        "from ilargi_sklearn.cluster import FactorizedKMeans\n"
+        "from ilargi_sklearn.utils._testing import random_dataset\n"
+        "ds = random_dataset(0, n_rows=100, scenario='star')\n"
+        "km = FactorizedKMeans(3, random_state=0).fit(ds)\n"
+        "print(_compiled.numba_available(), np.unique(km.labels_).size)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["False", "3"]
