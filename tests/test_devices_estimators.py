@@ -16,7 +16,10 @@ from ilargi_sklearn._backend._namespace import (
     get_namespace,
     to_numpy,
 )
-from ilargi_sklearn.linear_model import FactorizedLogisticRegression
+from ilargi_sklearn.linear_model import (
+    FactorizedLinearRegression,
+    FactorizedLogisticRegression,
+)
 from ilargi_sklearn.preprocessing import FactorizedStandardScaler
 from ilargi_sklearn.utils._testing import random_dataset
 
@@ -73,6 +76,47 @@ def test_scaler_on_strict_device(scenario, weighted):
     loaded = pickle.loads(pickle.dumps(est))
     assert isinstance(loaded.scale_, np.ndarray)
     _close(loaded.transform(A), ref.transform(A), tol)
+
+
+@pytest.mark.parametrize("scenario", DENSE)
+@pytest.mark.parametrize("multi", [False, True])
+def test_linear_regression_target_on_strict_device(scenario, multi):
+    # A target already on the device is validated there (no host round trip)
+    # and gives the model of the host target.
+    ds = random_dataset(4, scenario=scenario, n_rows=80)
+    rng = np.random.default_rng(1)
+    y = rng.standard_normal((len(ds), 2) if multi else len(ds))
+    ref = FactorizedLinearRegression().fit(ds, y)
+    dd = ds.to_device(DEV, namespace=xps)
+    est = FactorizedLinearRegression().fit(dd, asarray_on(y, xps, DEV))
+    assert _on_dev(est.coef_)
+    assert est.coef_.shape == ref.coef_.shape
+    tol = 1e-3 if np.dtype(ds.dtype) == np.float32 else 1e-8
+    _close(est.coef_, ref.coef_, tol)
+    _close(est.intercept_, ref.intercept_, tol)
+    # Integer targets are cast on the device.
+    yi = np.arange(len(ds)) % 5
+    _close(
+        FactorizedLinearRegression().fit(dd, asarray_on(yi, xps, DEV)).coef_,
+        FactorizedLinearRegression().fit(ds, yi).coef_,
+        tol,
+    )
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (lambda y: np.where(np.arange(len(y)) == 3, np.nan, y), "NaN or infinity"),
+        (lambda y: y[:-1], "samples but y has"),
+        (lambda y: y.reshape(-1, 1, 1), "1d or 2d"),
+    ],
+)
+def test_linear_regression_bad_target_on_strict_device(bad, match):
+    dd = random_dataset(4, scenario="star", n_rows=40).to_device(DEV, namespace=xps)
+    y = bad(np.linspace(0.0, 1.0, len(dd)))
+    yd = asarray_on(y, xps, DEV)
+    with pytest.raises(ValueError, match=match):
+        FactorizedLinearRegression().fit(dd, yd)
 
 
 @pytest.mark.parametrize("scenario", DENSE)

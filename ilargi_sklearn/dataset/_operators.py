@@ -43,12 +43,53 @@ from ilargi_sklearn._backend._namespace import (
 )
 from ilargi_sklearn._backend._ops import is_sparse as _any_sparse
 
-__all__ = ["AffineOperator", "FactorizedMatrix", "MatrixOperator", "Operator", "Term"]
+__all__ = [
+    "AffineOperator",
+    "FactorizedMatrix",
+    "FusedGroup",
+    "FusedLayout",
+    "MatrixOperator",
+    "Operator",
+    "Term",
+    "fused_layout",
+]
 
 Format = Literal["auto", "dense", "sparse"]
 
 #: Output bytes per block of target rows in ``FactorizedMatrix.matmul`` (L2-sized).
 _BLOCK_BYTES = 1 << 20
+
+
+def _check_out(out: Any, shape: tuple[int, ...], dtype: Any) -> None:
+    """Raise unless ``out`` is a C-contiguous ndarray of ``shape`` and ``dtype``."""
+    if (
+        not isinstance(out, np.ndarray)
+        or out.shape != tuple(shape)
+        or out.dtype != np.dtype(dtype)
+        or not out.flags.c_contiguous
+    ):
+        got = (
+            f"{type(out).__name__} of shape {getattr(out, 'shape', None)} and dtype "
+            f"{getattr(out, 'dtype', None)}"
+        )
+        raise ValueError(
+            f"out must be a C-contiguous ndarray of shape {tuple(shape)} and dtype "
+            f"{np.dtype(dtype)}, got {got}."
+        )
+
+
+def matmul_into(op: Any, X: Any, out: np.ndarray | None) -> Any:
+    """``op.matmul(X)`` written into ``out`` when ``op`` takes ``out=`` (else fresh).
+
+    The operators of this module take ``out=`` on NumPy arrays; others (a Dask
+    operator, device arrays) return a fresh array.
+    """
+    if out is not None and isinstance(
+        op, (MatrixOperator, FactorizedMatrix, AffineOperator)
+    ):
+        if is_numpy_namespace(op.xp):
+            return op.matmul(X, out=out)
+    return op.matmul(X)
 
 
 def _result_dtype(op_dtype: np.dtype, X: Any) -> np.dtype:
@@ -139,7 +180,12 @@ class Operator(ABC):
 
     @abstractmethod
     def matmul(self, X: np.ndarray) -> np.ndarray:
-        """``T @ X`` for ``X`` of shape ``(n_cols,)`` or ``(n_cols, k)``."""
+        """``T @ X`` for ``X`` of shape ``(n_cols,)`` or ``(n_cols, k)``.
+
+        The NumPy implementations also take ``out=``: a C-contiguous array of the
+        result's shape and dtype to write into (iterative solvers reuse one
+        n-sized workspace instead of a fresh array per product).
+        """
 
     @abstractmethod
     def rmatmul(self, Y: np.ndarray) -> np.ndarray:
@@ -347,10 +393,18 @@ class MatrixOperator(Operator):
             return int(A.data.nbytes + A.indices.nbytes + A.indptr.nbytes)
         return int(A.nbytes)
 
-    def matmul(self, X: np.ndarray) -> np.ndarray:
+    def matmul(self, X: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         if self._xp is not None:
             return _dense(self.A @ X)
-        return np.asarray(safe_sparse_dot(self.A, X))
+        if out is None:
+            return np.asarray(safe_sparse_dot(self.A, X))
+        X = np.asarray(X)
+        _check_out(out, (self.n_rows,) + X.shape[1:], _result_dtype(self.dtype, X))
+        if sp.issparse(self.A):
+            out[...] = self.A @ X
+        else:
+            np.matmul(self.A, X, out=out)
+        return out
 
     def rmatmul(self, Y: np.ndarray) -> np.ndarray:
         if self._xp is not None:
@@ -398,6 +452,12 @@ class MatrixOperator(Operator):
             return xp.reshape(_dense(out), (-1,))
         if _any_sparse(A):
             return xp.reshape(_dense(A.sum(axis=axis)), (-1,))
+        if axis == 0:
+            # A product with ones: CuPy's column reduction of a tall C-ordered
+            # matrix runs one thread block per column (118 ms for 1e7 x 20 on an
+            # H200, where the product reads the matrix at bandwidth).
+            ones = xp.ones((A.shape[0],), dtype=A.dtype, device=self.device)
+            return ones @ A
         return xp.sum(A, axis=axis)
 
     def col_sums(self, weights: np.ndarray | None = None) -> np.ndarray:
@@ -508,6 +568,12 @@ class FactorizedMatrix(Operator):
         # None: NumPy/SciPy sources (the fast paths below); else the device namespace.
         self._xp = None if is_numpy_namespace(xp) else xp
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The fused-kernel layout is a cache (rebuilt on demand), not state.
+        state = dict(self.__dict__)
+        state.pop("_fused_layout", None)
+        return state
+
     @property
     def xp(self) -> Any:
         return get_namespace() if self._xp is None else self._xp
@@ -579,11 +645,13 @@ class FactorizedMatrix(Operator):
             groups.setdefault(id(t.rows), (t.rows, []))[1].append(t)
         return sorted(groups.values(), key=lambda g: not g[0].is_identity)
 
-    def matmul(self, X: np.ndarray) -> np.ndarray:
+    def matmul(self, X: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         if self._xp is not None:
             return self._xp_matmul(X)
         X = np.asarray(X)
         dtype = _result_dtype(self.dtype, X)
+        if out is not None:
+            _check_out(out, (self.n_rows,) + X.shape[1:], dtype)
         # Per row group: the dense identity terms (multiplied block by block below),
         # or Z = sum_t S_t X_t, source-sized, to gather (small sources first: never
         # I S first).
@@ -600,13 +668,20 @@ class FactorizedMatrix(Operator):
             # blocked gathers below then need no masking pass.
             parts.append((rows, terms, rows.pad(Z)))
         if not parts:
+            if out is not None:
+                out.fill(0)
+                return out
             return self._out(X, self.n_rows)
         n = self.n_rows
         started = parts[0][0].is_identity and parts[0][2] is not None
         if started:
             # A fresh n-sized product (sparse identity sources) starts the output.
-            out = parts.pop(0)[2].astype(dtype, copy=False)
-        else:
+            first = parts.pop(0)[2]
+            if out is None:
+                out = first.astype(dtype, copy=False)
+            else:
+                out[...] = first
+        elif out is None:
             out = np.empty((n,) if X.ndim == 1 else (n, X.shape[1]), dtype=dtype)
         # Blocks of target rows whose output fits in cache: each block is written
         # once, no n-sized temporaries (a 1e6 x 8 product ran 1.85x faster and
@@ -1126,11 +1201,11 @@ class AffineOperator(Operator):
     def _col(self, X: np.ndarray, v: np.ndarray) -> np.ndarray:
         return X * (v if X.ndim == 1 else v[:, None])
 
-    def matmul(self, X: np.ndarray) -> np.ndarray:
+    def matmul(self, X: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         if self._xp is None:
             X = np.asarray(X)
         DX = self._col(X, self.scale)
-        out = self.base.matmul(DX)
+        out = self.base.matmul(DX) if out is None else matmul_into(self.base, DX, out)
         if self.has_offset:
             if self._xp is None:
                 out -= self.offset @ DX  # in place: out is a fresh n-length array
@@ -1232,3 +1307,149 @@ class AffineOperator(Operator):
 
     def astype(self, dtype: Any) -> AffineOperator:
         return AffineOperator(self.base.astype(dtype), self.scale, self.offset)
+
+
+# ---------------------------------------------------------- layout for fused kernels
+@dataclass(frozen=True)
+class FusedGroup:
+    """One row group of a :class:`FusedLayout`: the terms that share an index vector.
+
+    Attributes
+    ----------
+    idx : ndarray of int64 of shape (n_rows,)
+        Source row of each target row, -1 for no match (C-contiguous).
+    S : ndarray of shape (n_source_rows, n_group_cols)
+        The group's dense sources side by side (the source itself for one term).
+    cols : ndarray of int64 of shape (n_group_cols,)
+        Target column of each column of ``S``.
+    has_missing : bool
+        Whether some entry of ``idx`` is -1.
+    """
+
+    idx: np.ndarray
+    S: np.ndarray
+    cols: np.ndarray
+    has_missing: bool
+
+    @property
+    def n_source_rows(self) -> int:
+        return int(self.S.shape[0])
+
+
+@dataclass(frozen=True)
+class FusedLayout:
+    """A NumPy operator with dense sources as the compiled row kernels read it.
+
+    ``T' = (T - 1 offset^T) diag(scale)`` with ``T = X0 M0^T + sum_g I_g S_g M_g^T``:
+    an optional dense identity source ``base`` (read row by row by the kernels) and
+    row groups whose values are gathered through an index vector.
+
+    Attributes
+    ----------
+    shape : tuple of int
+    dtype : dtype
+    base : ndarray of shape (n_rows, d0) or None
+        The dense identity source (C-contiguous).
+    base_cols : ndarray of int64 of shape (d0,)
+    groups : tuple of FusedGroup
+    offset, scale : ndarray of shape (n_cols,) or None
+        The affine part (None: zeros, ones).
+    coverage : ndarray of int of shape (n_cols,)
+        Number of terms that place values in each target column: where it is 1
+        and the term covers every row the column can be centered inside the
+        sources; elsewhere an offset goes through the per-row constant.
+    """
+
+    shape: tuple[int, int]
+    dtype: np.dtype
+    base: np.ndarray | None
+    base_cols: np.ndarray
+    groups: tuple[FusedGroup, ...]
+    offset: np.ndarray | None
+    scale: np.ndarray | None
+    coverage: np.ndarray
+
+    def with_affine(
+        self, scale: np.ndarray | None, offset: np.ndarray | None
+    ) -> FusedLayout | None:
+        """The layout of ``(self - 1 offset^T) diag(scale)`` (None if not expressible).
+
+        ``((T - 1 o1^T) D1 - 1 o2^T) D2 = (T - 1 (o1 + o2 / d1)^T) D1 D2``, which
+        needs ``d1 != 0`` wherever ``o2 != 0``.
+        """
+        o1 = self.offset
+        s1 = self.scale
+        o = None if o1 is None else o1.copy()
+        if offset is not None and np.any(offset != 0):
+            off = np.asarray(offset, dtype=np.float64)
+            if s1 is None:
+                add = off
+            else:
+                if np.any((s1 == 0) & (off != 0)):
+                    return None
+                add = np.divide(off, s1, out=np.zeros_like(off), where=s1 != 0)
+            o = add if o is None else o + add
+        s = None
+        if scale is not None and np.any(scale != 1):
+            s = np.asarray(scale, dtype=np.float64)
+        if s1 is not None:
+            s = s1 if s is None else s1 * s
+        return FusedLayout(
+            self.shape,
+            self.dtype,
+            self.base,
+            self.base_cols,
+            self.groups,
+            o,
+            s,
+            self.coverage,
+        )
+
+
+def _factorized_layout(fm: FactorizedMatrix) -> FusedLayout | None:
+    if fm._xp is not None or any(t.is_sparse for t in fm.terms):
+        return None
+    n, m = fm.shape
+    coverage = np.zeros(m, dtype=np.int64)
+    for t in fm.terms:
+        np.add.at(coverage, t.cols, 1)
+    base = None
+    base_cols = np.zeros(0, dtype=np.int64)
+    groups = []
+    for rows, terms in fm._row_groups():
+        if rows.is_identity and base is None and len(terms) == 1:
+            base = np.ascontiguousarray(terms[0].S)
+            base_cols = np.asarray(terms[0].cols, dtype=np.int64)
+            continue
+        S = (
+            np.ascontiguousarray(terms[0].S)
+            if len(terms) == 1
+            else np.ascontiguousarray(np.hstack([t.S for t in terms]))
+        )
+        cols = np.concatenate([np.asarray(t.cols, dtype=np.int64) for t in terms])
+        idx = np.ascontiguousarray(rows.idx, dtype=np.int64)
+        groups.append(FusedGroup(idx, S, cols, bool(rows.has_missing)))
+    return FusedLayout(
+        (n, m), fm.dtype, base, base_cols, tuple(groups), None, None, coverage
+    )
+
+
+def fused_layout(op: Operator) -> FusedLayout | None:
+    """The :class:`FusedLayout` of ``op``, or None when the fused kernels cannot run.
+
+    They run on a NumPy :class:`FactorizedMatrix` with dense sources, possibly under
+    :class:`AffineOperator` layers. The layout of a factorized matrix is cached on
+    it (product-heavy solvers ask for it at every product).
+    """
+    if isinstance(op, AffineOperator):
+        inner = fused_layout(op.base)
+        if inner is None or op._xp is not None:
+            return None
+        return inner.with_affine(op.scale, op.offset)
+    if not isinstance(op, FactorizedMatrix):
+        return None
+    cached = op.__dict__.get("_fused_layout", False)
+    if cached is False:
+        cached = _factorized_layout(op)
+        op.__dict__["_fused_layout"] = cached
+    return cached

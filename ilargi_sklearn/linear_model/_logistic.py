@@ -20,6 +20,7 @@ from sklearn.utils.validation import _check_sample_weight, _check_y, check_is_fi
 from ilargi_sklearn._backend._cuml import fit_cuml, use_cuml
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
+    device_of,
     is_numpy_namespace,
     to_numpy,
 )
@@ -424,7 +425,8 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
         if self.classes_.dtype.kind not in "biuf":
             # Labels that are not numbers have no device array type.
             return self.classes_[to_numpy(indices)]
-        labels = xp.take(asarray_on(self.classes_, xp, scores.device), indices)
+        # device_of, not scores.device: Dask arrays have no .device attribute.
+        labels = xp.take(asarray_on(self.classes_, xp, device_of(scores)), indices)
         return _to_caller(labels, xp, xp_in, device_in)
 
     def predict_proba(self, X):

@@ -120,6 +120,37 @@ def _validate_device_array(estimator: Any, X: Any, reset: bool) -> Operator:
     return MatrixOperator(X)
 
 
+def device_regression_target(estimator: Any, y: Any, op: Operator) -> Any | None:
+    """A regression target that already lives on ``op``'s device, validated there.
+
+    Returns ``y`` as a float64 ``(n_samples, n_targets)`` array on that device, or
+    ``None`` when ``y`` is not an array of the operator's (non-NumPy) namespace and
+    device: the caller then validates it on the host as usual. Checking in place
+    saves a round trip of the whole target over the bus (two copies of 80 MB for
+    1e7 rows). The checks and messages are those of scikit-learn's ``_check_y``.
+    """
+    xp = op.xp
+    if is_numpy_namespace(xp) or not hasattr(y, "shape") or _is_host(y):
+        return None
+    try:
+        if get_namespace(y) is not xp or device_of(y) != op.device:
+            return None
+    except TypeError:
+        return None
+    name = type(estimator).__name__
+    if y.ndim not in (1, 2):
+        raise ValueError(
+            f"y should be a 1d or 2d array, got an array of shape {y.shape} instead."
+        )
+    kind = numpy_dtype(y.dtype).kind
+    if kind not in "biuf":
+        raise ValueError(f"{name} expects a numeric target, got dtype {y.dtype}.")
+    Y = xp.astype(y, namespace_dtype(xp, np.float64))
+    if not bool(xp.all(xp.isfinite(Y))):
+        raise ValueError("Input y contains NaN or infinity.")
+    return xp.reshape(Y, (int(Y.shape[0]), -1))
+
+
 def _check_n_features(estimator: Any, n_features: int, name: str) -> None:
     expected = getattr(estimator, "n_features_in_", None)
     if expected is not None and n_features != expected:
