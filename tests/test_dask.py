@@ -1,5 +1,6 @@
 """The Dask-backed operator and dataset against the in-memory factorized ones."""
 
+import dask
 import numpy as np
 import pytest
 
@@ -145,8 +146,10 @@ def test_linear_regression_normal_solver(pair):
     y = (mem @ rng.standard_normal(9)) + 0.1 * rng.standard_normal(N_ROWS) + 2.0
     ref = FactorizedLinearRegression().fit(mem, y)
     got = FactorizedLinearRegression().fit(dds, da.from_array(y, chunks=CHUNK))
-    _close(np.asarray(got.coef_), ref.coef_)
-    _close(float(np.asarray(got.intercept_)), ref.intercept_)
+    # Parameter-sized fitted attributes come back as NumPy.
+    assert isinstance(got.coef_, np.ndarray)
+    _close(got.coef_, ref.coef_)
+    _close(float(got.intercept_), ref.intercept_)
     pred = got.predict(dds)
     assert isinstance(pred, da.Array)
     _close(pred.compute(), ref.predict(mem))
@@ -179,11 +182,148 @@ def test_logistic_regression_and_scaler(pair):
     y = (mem @ np.random.default_rng(10).standard_normal(9) > 0).astype(int)
     ref = FactorizedLogisticRegression().fit(mem, y)
     got = FactorizedLogisticRegression().fit(dds, y)
-    _close(np.asarray(got.coef_), ref.coef_, np.float32)  # L-BFGS tolerance
+    assert isinstance(got.coef_, np.ndarray)
+    assert isinstance(got.intercept_, np.ndarray)
+    _close(got.coef_, ref.coef_, np.float32)  # L-BFGS tolerance
     proba = got.predict_proba(dds)
     assert isinstance(proba, da.Array)
     _close(np.asarray(proba), ref.predict_proba(mem), np.float32)
     sc_ref = FactorizedStandardScaler().fit(mem)
     sc = FactorizedStandardScaler().fit(dds)
-    _close(np.asarray(sc.scale_), sc_ref.scale_)
-    _close(np.asarray(sc.mean_), sc_ref.mean_)
+    assert isinstance(sc.scale_, np.ndarray) and isinstance(sc.mean_, np.ndarray)
+    _close(sc.scale_, sc_ref.scale_)
+    _close(sc.mean_, sc_ref.mean_)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_logistic_regression_gd(pair):
+    from ilargi_sklearn.linear_model import FactorizedLogisticRegression
+
+    mem, dds = pair
+    y = (mem @ np.random.default_rng(11).standard_normal(9) > 0).astype(int)
+    params = dict(solver="gd", max_iter=4, tol=0.0, learning_rate=0.5)
+    ref = FactorizedLogisticRegression(**params).fit(mem, y)
+    got = FactorizedLogisticRegression(**params).fit(dds, y)
+    assert isinstance(got.coef_, np.ndarray)
+    _close(got.coef_, ref.coef_)
+    _close(got.intercept_, ref.intercept_)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_logistic_regression_predict(pair):
+    from ilargi_sklearn.linear_model import FactorizedLogisticRegression
+
+    mem, dds = pair
+    y = (mem @ np.random.default_rng(10).standard_normal(9) > 0).astype(int)
+    params = dict(solver="gd", max_iter=2, tol=0.0, learning_rate=0.5)
+    got = FactorizedLogisticRegression(**params).fit(dds, y)
+    labels = got.predict(dds)
+    assert isinstance(labels, da.Array)
+    ref = FactorizedLogisticRegression(**params).fit(mem, y).predict(mem)
+    np.testing.assert_array_equal(labels.compute(), ref)
+
+
+def test_kmeans(pair):
+    from ilargi_sklearn.cluster import FactorizedKMeans
+
+    mem, dds = pair
+    params = dict(n_clusters=3, n_init=1, random_state=0, max_iter=30)
+    ref = FactorizedKMeans(**params).fit(mem)
+    got = FactorizedKMeans(**params).fit(dds)
+    assert isinstance(got.cluster_centers_, np.ndarray)
+    _close(got.cluster_centers_, ref.cluster_centers_)
+    assert got.n_iter_ == ref.n_iter_
+    np.testing.assert_allclose(got.inertia_, ref.inertia_, rtol=1e-9)
+    # n-length results stay on the cluster.
+    assert isinstance(got.labels_, da.Array)
+    np.testing.assert_array_equal(got.labels_.compute(), ref.labels_)
+    pred = got.predict(dds)
+    assert isinstance(pred, da.Array)
+    np.testing.assert_array_equal(pred.compute(), ref.predict(mem))
+    dist = got.transform(dds)
+    assert isinstance(dist, da.Array)
+    _close(dist.compute(), ref.transform(mem))
+    np.testing.assert_allclose(got.score(dds), ref.score(mem), rtol=1e-9)
+
+
+def test_kmeans_several_inits(pair):
+    from ilargi_sklearn.cluster import FactorizedKMeans
+
+    mem, dds = pair
+    params = dict(n_clusters=3, init="random", n_init=2, random_state=0, max_iter=10)
+    got = FactorizedKMeans(**params).fit(dds)
+    ref = FactorizedKMeans(**params).fit(mem)
+    _close(got.cluster_centers_, ref.cluster_centers_)
+
+
+@pytest.mark.parametrize("init", ["nndsvda", "random"])
+def test_gnmf(client, init):
+    from ilargi_sklearn.decomposition import FactorizedGNMF
+
+    base, S1, S2, idx1, idx2 = _parts(13)
+    base, S1, S2 = np.abs(base), np.abs(S1), np.abs(S2)
+    mem = MultiSourceDataset.from_matrices([base, S1, S2], [None, idx1, idx2])
+    # Two row chunks: this test is about the kernels, not the chunking.
+    dds = dask_dataset([base, S1, S2], [None, idx1, idx2], chunks=N_ROWS // 2)
+    params = dict(n_components=3, init=init, max_iter=5, tol=0, random_state=0)
+    ref = FactorizedGNMF(**params)
+    W_ref = ref.fit_transform(mem)
+    est = FactorizedGNMF(**params)
+    W = est.fit_transform(dds)
+    assert isinstance(W, da.Array)
+    assert isinstance(est.components_, np.ndarray)
+    tol = 1e-7 if init == "nndsvda" else 1e-10  # QR vs LU in the range finder
+    np.testing.assert_allclose(est.components_, ref.components_, rtol=tol, atol=tol)
+    np.testing.assert_allclose(W.compute(), W_ref, rtol=tol, atol=tol)
+    np.testing.assert_allclose(
+        est.reconstruction_err_, ref.reconstruction_err_, rtol=1e-7
+    )
+
+
+def test_namespace_keeps_small_results_on_the_client(pair):
+    from ilargi_sklearn.distributed import DaskNamespace
+
+    _, dds = pair
+    xp = dds.operator.xp
+    assert isinstance(xp, DaskNamespace) and xp is dds.operator.xp
+    P = dds @ np.random.default_rng(14).standard_normal((9, 4))
+    labels = xp.argmin(P, axis=1)
+    assert isinstance(labels, da.Array)  # n-length: stays on the cluster
+    counts = xp.sum(xp.astype(labels[:, None] == xp.arange(4)[None, :], xp.int64), 0)
+    assert isinstance(counts, np.ndarray) and int(counts.sum()) == N_ROWS
+    chosen = xp.take_along_axis(P, labels[:, None], axis=1)
+    Pc = P.compute()
+    _close(chosen.compute()[:, 0], Pc.min(axis=1))
+    # Parameter-sized uploads stay NumPy, n-length ones become row-chunked Dask.
+    assert isinstance(xp.asarray(np.ones(9)), np.ndarray)
+    w = xp.asarray(np.ones(N_ROWS))
+    assert isinstance(w, da.Array) and w.chunks[0] == dds.operator.row_chunks
+    Q, R = xp.linalg.qr(P)
+    assert isinstance(Q, da.Array) and isinstance(R, np.ndarray)
+    _close(Q.compute() @ R, Pc)
+
+
+def test_row_chunks_are_co_located(client):
+    """Base, index vectors and aligned operands share each chunk's worker."""
+    n, chunk = 40_000, 5_000
+    rng = np.random.default_rng(15)
+    base = rng.standard_normal((n, 4))
+    S = rng.standard_normal((50, 3))
+    idx = rng.integers(0, 50, n)
+    dds = dask_dataset([base, S], [None, idx], chunks=chunk)
+    op = dds.operator
+    assert op.placement is not None and len(op.placement) == op.n_chunks
+
+    def holders(A):
+        who = client.who_has(A)
+        return [sorted(who[k]) for k in dask.core.flatten(A.__dask_keys__())]
+
+    distributed.wait([op.base, *op.indices])
+    expected = [[w] for w in op.placement]
+    assert holders(op.base) == expected
+    assert holders(op.indices[0]) == expected
+    y = op.align_rows(rng.standard_normal(n))
+    distributed.wait(y)
+    assert holders(y) == expected
+    mem = MultiSourceDataset.from_matrices([base, S], [None, idx])
+    _close(op.rmatmul(op.matmul(np.ones(7)) - y), mem.T @ (mem @ np.ones(7) - y))

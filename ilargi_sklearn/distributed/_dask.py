@@ -10,11 +10,19 @@ pair the wrong blocks), and is either
 
 * row-local (``T @ X``, the row statistics): the result is an n-length Dask array,
   chunked like the fact table, that stays on the cluster; or
-* a reduction (``T.T @ Y``, the gram, the column statistics): each chunk returns a
-  small partial (a ``(p, k)`` product of its base rows, or its rows summed into the
-  source rows of one dimension, which is source-sized) and Dask sums the partials in
-  a tree; the products with the dimension sources run once on the summed partials,
-  on the cluster, and only parameter-sized results come back to the client.
+* a reduction (``T.T @ Y``, the gram, the column statistics): one fused task per row
+  chunk computes every partial of that chunk at once (``B^T Y`` and the chunk's rows
+  summed into the source rows of each dimension, which are source-sized; for the
+  gram, the chunk's whole ``(n_cols, n_cols)`` gram with the broadcast sources),
+  Dask sums the partials in a tree, and one final task multiplies the sums by the
+  dimension sources and places the blocks; only that parameter-sized result
+  reaches the client. One graph, one submission per operator call.
+
+On a ``distributed`` cluster the row chunks of the base table, of every index
+vector and of every n-length operand that the operator uploads (targets, sample
+weights) are pinned to the same worker (:meth:`DaskFactorizedMatrix.persist`,
+:meth:`DaskFactorizedMatrix.align_rows`), so that an iteration moves no row data
+between workers.
 
 Dask is imported by this module only (the ``[dask]`` extra).
 """
@@ -29,8 +37,9 @@ from typing import Any
 import dask
 import dask.array as da
 import numpy as np
+import scipy.sparse as sp
 
-from ilargi_sklearn._backend._namespace import get_namespace, is_numpy_namespace
+from ilargi_sklearn._backend._namespace import is_numpy_namespace
 from ilargi_sklearn._backend._ops import segment_sum
 from ilargi_sklearn.dataset._operators import (
     FactorizedMatrix,
@@ -38,6 +47,7 @@ from ilargi_sklearn.dataset._operators import (
     Operator,
     Term,
 )
+from ilargi_sklearn.distributed._namespace import DaskNamespace
 
 __all__ = ["DaskFactorizedMatrix", "dask_dataset"]
 
@@ -54,11 +64,6 @@ def _pad_take(Z: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return np.take(Z, idx, axis=0)
 
 
-def _lead(func: Any, *args: Any, **kwargs: Any) -> np.ndarray:
-    """``func(...)`` with a leading axis of length one (one partial per row chunk)."""
-    return np.asarray(func(*args, **kwargs))[None]
-
-
 def _rows_chunk(*arrays: Any, has_base: bool, XB: Any, square: bool, dtype: Any):
     """``B X_B + sum_k I_k Z_k`` on one row chunk (``Z_k`` precomputed, small)."""
     out = None
@@ -73,44 +78,146 @@ def _rows_chunk(*arrays: Any, has_base: bool, XB: Any, square: bool, dtype: Any)
     return out.astype(dtype, copy=False)
 
 
-def _base_t_chunk(B: np.ndarray, Y: np.ndarray, square: bool = False) -> np.ndarray:
-    """``B^T Y`` (or ``(B * B)^T Y``) of one chunk."""
-    return (B * B if square else B).T @ Y
+def _flat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+    """The partials of one chunk as one row ``(1, L)`` (summed across chunks)."""
+    return np.concatenate([np.ravel(p).astype(dtype, copy=False) for p in parts])[None]
 
 
-def _base_gram_chunk(B: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
-    if w is None:
-        return B.T @ B
-    return (B * w[:, None]).T @ B
+def _rmatmul_chunk(*arrays: Any, has_base: bool, sizes: tuple[int, ...], dtype: Any):
+    """``[B^T Y, I_1^T Y, ..., I_K^T Y]`` of one chunk, flattened.
+
+    ``arrays`` is ``[B], idx_1, ..., idx_K, Y``.
+    """
+    Y = arrays[-1]
+    Y2 = Y.reshape(Y.shape[0], -1)
+    parts = []
+    pos = 0
+    if has_base:
+        parts.append(arrays[0].T @ Y2)
+        pos = 1
+    for idx, r in zip(arrays[pos:-1], sizes):
+        parts.append(segment_sum(Y2, idx, r))
+    return _flat(parts, dtype)
 
 
-def _base_colsum_chunk(B: np.ndarray, square: bool = False) -> np.ndarray:
-    return (B * B if square else B).sum(axis=0)
+def _col_chunk(
+    *arrays: Any,
+    has_base: bool,
+    sizes: tuple[int, ...],
+    square: bool,
+    weighted: bool,
+    dtype: Any,
+):
+    """``[w^T B (or w^T (B o B)), I_1^T w, ..., I_K^T w]`` of one chunk, flattened.
+
+    ``arrays`` is ``[B], idx_1, ..., idx_K, [w]``.
+    """
+    w = arrays[-1] if weighted else None
+    body = arrays[:-1] if weighted else arrays
+    n = body[0].shape[0]
+    parts = []
+    pos = 0
+    if has_base:
+        B = body[0]
+        B = B * B if square else B
+        parts.append(B.sum(axis=0) if w is None else w @ B)
+        pos = 1
+    v = np.ones(n, dtype=dtype) if w is None else w
+    for idx, r in zip(body[pos:], sizes):
+        parts.append(segment_sum(v, idx, r))
+    return _flat(parts, dtype)
 
 
-def _scatter_chunk(
-    idx: np.ndarray, Y: np.ndarray, w: np.ndarray | None = None, *, n: int
-) -> np.ndarray:
-    """``I^T diag(w) Y`` of one chunk: its rows summed into ``n`` source rows."""
-    return segment_sum(Y, idx, n, weights=w)
+def _gram_chunk(
+    *arrays: Any,
+    has_base: bool,
+    n_dims: int,
+    pairs: tuple[tuple[int, int], ...],
+    base_cols: np.ndarray | None,
+    dim_cols: Sequence[np.ndarray],
+    n_cols: int,
+    weighted: bool,
+    dtype: Any,
+):
+    """The gram of one chunk, ``T_c^T W_c T_c``, flattened (summed across chunks).
+
+    ``arrays`` is ``[B], idx_1, ..., idx_K, S_1, ..., S_K, [w]``. Blocks:
+    ``B^T W B``; ``S_a^T diag(I_a^T w) S_a``; ``S_a^T (I_a^T W B)``; and for each
+    pair ``(a, b)`` (``a`` the smaller source) ``S_a^T (I_a^T W I_b S_b)`` from the
+    chunk's co-occurrence counts. The sources' products run here, so every partial
+    is ``(n_cols, n_cols)`` and no source-sized array travels.
+    """
+    w = arrays[-1] if weighted else None
+    pos = 1 if has_base else 0
+    B = arrays[0] if has_base else None
+    indices = arrays[pos : pos + n_dims]
+    dims = arrays[pos + n_dims : pos + 2 * n_dims]
+    n = indices[0].shape[0] if n_dims else B.shape[0]
+    G = np.zeros((n_cols, n_cols), dtype=dtype)
+    if has_base:
+        G[np.ix_(base_cols, base_cols)] = (B if w is None else B * w[:, None]).T @ B
+    v = np.ones(n, dtype=dtype) if w is None else w
+    for a in range(n_dims):
+        S, ca, r = dims[a], dim_cols[a], dims[a].shape[0]
+        cnt = segment_sum(v, indices[a], r)
+        G[np.ix_(ca, ca)] += (S * cnt[:, None]).T @ S
+        if has_base:
+            block = S.T @ segment_sum(B, indices[a], r, weights=w)
+            G[np.ix_(ca, base_cols)] += block
+            G[np.ix_(base_cols, ca)] += block.T
+    for a, b in pairs:
+        cross = _cross_partial(indices[a], indices[b], dims[b], w, dims[a].shape[0])
+        block = dims[a].T @ cross
+        G[np.ix_(dim_cols[a], dim_cols[b])] += block
+        G[np.ix_(dim_cols[b], dim_cols[a])] += block.T
+    return G.reshape(1, -1)
 
 
-def _counts_chunk(idx: np.ndarray, w: np.ndarray | None = None, *, n: int, dtype):
-    """``I^T w`` (``I^T 1`` when ``w`` is None) of one chunk."""
-    v = np.ones(idx.shape[0], dtype=dtype) if w is None else w
-    return segment_sum(v, idx, n).astype(dtype, copy=False)
+def _cross_partial(idx_a, idx_b, S_b, w, n_a):
+    """``I_a^T diag(w) I_b S_b`` of one chunk through the co-occurrence counts.
+
+    The sparse ``(r_a, r_b)`` counts have at most one entry per row of the chunk,
+    so the product never builds the chunk's ``(n_chunk, c_b)`` gather.
+    """
+    keep = (idx_a >= 0) & (idx_b >= 0)
+    data = np.ones(int(keep.sum()), dtype=S_b.dtype) if w is None else w[keep]
+    C = sp.csr_matrix((data, (idx_a[keep], idx_b[keep])), shape=(n_a, S_b.shape[0]))
+    return np.asarray(C @ S_b)
 
 
-def _cross_chunk(
-    idx_a: np.ndarray,
-    idx_b: np.ndarray,
-    S_b: np.ndarray,
-    w: np.ndarray | None = None,
-    *,
-    n: int,
-) -> np.ndarray:
-    """``I_a^T diag(w) I_b S_b`` of one chunk (source-sized: ``(r_a, c_b)``)."""
-    return segment_sum(_pad_take(S_b, idx_b), idx_a, n, weights=w)
+def _unflatten(total: np.ndarray, shapes: Sequence[tuple[int, ...]]) -> list[Any]:
+    out, pos = [], 0
+    for shape in shapes:
+        size = int(np.prod(shape))
+        out.append(total[pos : pos + size].reshape(shape))
+        pos += size
+    return out
+
+
+def _rmatmul_finish(total, *dims, shapes, base_cols, dim_cols, n_cols, tail, dtype):
+    """``T^T Y`` from the summed partials (runs once, on the cluster)."""
+    parts = _unflatten(total, shapes)
+    out = np.zeros((n_cols, int(np.prod(tail, dtype=np.int64))), dtype=dtype)
+    if base_cols is not None:
+        out[base_cols] += parts.pop(0)
+    for S, R, cols in zip(dims, parts, dim_cols):
+        out[cols] += S.T @ R
+    return out.reshape((n_cols,) + tuple(tail))
+
+
+def _col_finish(total, *dims, shapes, base_cols, dim_cols, n_cols, square, dtype):
+    parts = _unflatten(total, shapes)
+    out = np.zeros(n_cols, dtype=dtype)
+    if base_cols is not None:
+        out[base_cols] += parts.pop(0)
+    for S, cnt, cols in zip(dims, parts, dim_cols):
+        out[cols] += (S * S if square else S).T @ cnt
+    return out
+
+
+def _reshape_finish(total, *dims, shape):
+    """The summed flat partials in their final shape."""
+    return total.reshape(shape)
 
 
 def _materialize_chunk(*arrays: Any, has_base: bool, layout: Any, m: int, dtype: Any):
@@ -126,30 +233,73 @@ def _materialize_chunk(*arrays: Any, has_base: bool, layout: Any, m: int, dtype:
     return out
 
 
+# --------------------------------------------------------------- chunk placement
+def _client() -> Any:
+    """The current ``distributed`` client, or None (local schedulers)."""
+    try:
+        from distributed import default_client
+    except ImportError:  # pragma: no cover - the [dask] extra brings distributed
+        return None
+    try:
+        return default_client()
+    except ValueError:
+        return None
+
+
+def _placement(client: Any, A: Any) -> list[str]:
+    """The worker that holds each row chunk of the persisted array ``A``."""
+    from distributed import wait
+
+    wait(A)
+    keys = [k for k in dask.core.flatten(A.__dask_keys__())]
+    who = client.who_has(A)
+    return [sorted(who[k])[0] for k in keys]
+
+
+def _pin(client: Any, chunks: list[Any], placement: list[str], persist: bool):
+    """Row chunks (Dask or NumPy) held on the workers in ``placement``.
+
+    Chunks are grouped by worker so that each worker costs one call.
+    """
+    out: list[Any] = [None] * len(chunks)
+    for worker in sorted(set(placement)):
+        ids = [i for i, w in enumerate(placement) if w == worker]
+        if persist:
+            held = client.persist([chunks[i] for i in ids], workers=[worker])
+        else:
+            held = client.scatter(
+                [chunks[i] for i in ids], workers=[worker], hash=False
+            )
+        for i, h in zip(ids, held):
+            out[i] = h
+    return out
+
+
+def _pinned_array(
+    client: Any, A: Any, row_chunks: tuple[int, ...], placement: list[str]
+) -> Any:
+    """``A`` (NumPy or Dask, n-length) persisted with its chunks on ``placement``."""
+    if isinstance(A, da.Array):
+        A = A.rechunk((row_chunks,) + tuple(-1 for _ in A.shape[1:]))
+        pieces = _pin(
+            client, [A.blocks[i] for i in range(len(row_chunks))], placement, True
+        )
+    else:
+        A = np.asarray(A)
+        bounds = np.cumsum((0,) + tuple(row_chunks))
+        chunks = [A[bounds[i] : bounds[i + 1]] for i in range(len(row_chunks))]
+        futures = _pin(client, chunks, placement, False)
+        pieces = [
+            da.from_delayed(f, shape=c.shape, dtype=A.dtype, meta=A[:0])
+            for f, c in zip(futures, chunks)
+        ]
+    # The concatenation's tasks are aliases: each runs where its chunk is held.
+    return da.concatenate(pieces, axis=0).persist()
+
+
 # ------------------------------------------------------------------- the operator
 def _row_ind(ndim: int) -> tuple[str, ...]:
     return (_ROW,) if ndim == 1 else (_ROW, "k")
-
-
-def _reduce(func: Any, args: list[Any], shape: tuple[int, ...], dtype: Any, **kw):
-    """Sum over row chunks of ``func(chunk arguments)``, a ``shape`` array (lazy).
-
-    ``args`` alternates arrays and their index labels; every label other than
-    ``"row"`` is contracted (one chunk, passed whole).
-    """
-    new = {f"out{i}": int(s) for i, s in enumerate(shape)}
-    parts = da.blockwise(
-        functools.partial(_lead, func),
-        (_ROW, *new),
-        *args,
-        new_axes=new,
-        adjust_chunks={_ROW: 1},
-        concatenate=True,
-        dtype=dtype,
-        meta=np.empty((0,) * (len(shape) + 1), dtype=dtype),
-        **kw,
-    )
-    return parts.sum(axis=0)
 
 
 def _as_host(X: Any) -> np.ndarray:
@@ -187,13 +337,19 @@ class DaskFactorizedMatrix(Operator):
     dims_on_cluster : list of dask.array.Array, optional
         Single-chunk (persisted) copies of the dimension sources; built from
         ``dims`` when None.
+    placement : list of str, optional
+        Worker address holding each row chunk (set by :meth:`persist` on a
+        ``distributed`` cluster); n-length operands are pinned to the same workers.
 
     Notes
     -----
     Every target column is owned by exactly one source (no overlapping columns).
     ``matmul``, ``row_sq_norms`` and ``row_sums`` return lazy n-length Dask arrays;
     ``rmatmul``, ``gram`` and the column statistics return NumPy arrays computed by
-    one tree reduction each.
+    one graph each (one fused task per row chunk, a tree sum, one final task).
+    The operator's namespace (:attr:`xp`) is a :class:`DaskNamespace`: kernels
+    written against the array API keep n-length arrays on the cluster and get
+    parameter-sized results as NumPy arrays.
     """
 
     def __init__(
@@ -206,6 +362,7 @@ class DaskFactorizedMatrix(Operator):
         n_cols: int,
         dtype: Any,
         dims_on_cluster: Sequence[Any] | None = None,
+        placement: Sequence[str] | None = None,
     ) -> None:
         self.dtype = np.dtype(dtype)
         if base is None and not dims:
@@ -220,7 +377,8 @@ class DaskFactorizedMatrix(Operator):
         if base is not None:
             if base.ndim != 2:
                 raise ValueError(f"the base must be 2-D, got shape {base.shape}.")
-            base = base.rechunk({1: -1})
+            if len(base.chunks[1]) > 1:
+                base = base.rechunk({1: -1})
             row_chunks = base.chunks[0]
         else:
             row_chunks = indices[0].chunks[0]
@@ -237,15 +395,15 @@ class DaskFactorizedMatrix(Operator):
         self.dims_on_cluster = list(dims_on_cluster)
         n_rows = int(base.shape[0]) if base is not None else int(indices[0].shape[0])
         self.row_chunks = tuple(int(c) for c in row_chunks)
+        self.placement = None if placement is None else list(placement)
         self.shape = (n_rows, int(n_cols))
+        self._xp = DaskNamespace(self.row_chunks, self.align_rows)
 
     # ------------------------------------------------------------ properties
     @property
-    def xp(self) -> Any:
-        """The Dask array namespace (``array_api_compat.dask.array``)."""
-        if self.base is not None:
-            return get_namespace(self.base)
-        return get_namespace(self.indices[0])
+    def xp(self) -> DaskNamespace:
+        """The namespace of the kernels: Dask for row arrays, NumPy for the rest."""
+        return self._xp
 
     @property
     def device(self) -> Any:
@@ -270,7 +428,49 @@ class DaskFactorizedMatrix(Operator):
     def _dim_ind(self, k: int) -> tuple[str, str]:
         return (f"s{k}r", f"s{k}c")
 
+    def _row_args(self) -> list[Any]:
+        """The base and the index vectors as blockwise arguments."""
+        args: list[Any] = []
+        if self.base is not None:
+            args += [self.base, (_ROW, "bc")]
+        for idx in self.indices:
+            args += [idx, (_ROW,)]
+        return args
+
+    def _dim_args(self) -> list[Any]:
+        args: list[Any] = []
+        for k, Sd in enumerate(self.dims_on_cluster):
+            args += [Sd, self._dim_ind(k)]
+        return args
+
     # -------------------------------------------------------- operands on rows
+    def align_rows(self, Y: Any) -> Any:
+        """An n-length array as a persisted Dask array laid out like the rows.
+
+        Chunked like the fact table and, on a ``distributed`` cluster where the
+        operator was persisted, every chunk held by the worker that holds the
+        matching fact-table chunk: an iteration that combines them moves no rows.
+
+        Parameters
+        ----------
+        Y : {ndarray, dask.array.Array} of shape (n_rows,) or (n_rows, k)
+
+        Returns
+        -------
+        dask.array.Array
+            Persisted; a NumPy input is uploaded once.
+        """
+        if Y.shape[:1] != (self.n_rows,):
+            raise ValueError(f"got shape {Y.shape}; expected ({self.n_rows}, ...).")
+        client = _client()
+        if client is not None and self.placement is not None:
+            return _pinned_array(client, Y, self.row_chunks, self.placement)
+        if isinstance(Y, da.Array):
+            Y = Y.rechunk((self.row_chunks,) + tuple(-1 for _ in Y.shape[1:]))
+            return Y.persist()
+        Y = np.asarray(Y)
+        return da.from_array(Y, chunks=(self.row_chunks,) + Y.shape[1:]).persist()
+
     def _rows_operand(self, Y: Any, name: str) -> Any:
         """An n-length operand as a Dask array chunked like the fact table."""
         if not isinstance(Y, da.Array):
@@ -279,7 +479,7 @@ class DaskFactorizedMatrix(Operator):
                 raise ValueError(
                     f"{name} has shape {Y.shape}; expected ({self.n_rows}, ...)."
                 )
-            return da.from_array(Y, chunks=(self.row_chunks,) + Y.shape[1:])
+            return self.align_rows(Y)
         if Y.shape[0] != self.n_rows:
             raise ValueError(
                 f"{name} has shape {Y.shape}; expected ({self.n_rows}, ...)."
@@ -287,6 +487,17 @@ class DaskFactorizedMatrix(Operator):
         if Y.chunks[0] != self.row_chunks or any(len(c) > 1 for c in Y.chunks[1:]):
             Y = Y.rechunk((self.row_chunks,) + tuple(-1 for _ in Y.shape[1:]))
         return Y
+
+    def hold(self, A: Any) -> Any:
+        """Evaluate an intermediate that a loop carries to its next iteration.
+
+        A lazy n-length Dask array is persisted on the cluster (so the next
+        iteration reads it instead of recomputing its whole history); a
+        parameter-sized one is computed to NumPy; anything else is returned as is.
+        """
+        if not isinstance(A, da.Array):
+            return A
+        return self._xp._settle(A, persist=True)
 
     # -------------------------------------------------------------- row-local
     def _rows(self, X: np.ndarray, square: bool) -> Any:
@@ -344,36 +555,71 @@ class DaskFactorizedMatrix(Operator):
         return self._rows(np.ones(self.n_cols, dtype=self.dtype), square=False)
 
     # -------------------------------------------------------------- reductions
+    def _reduce(
+        self,
+        chunk: Any,
+        row_args: list[Any],
+        length: int,
+        finish: Any,
+        out_shape: tuple[int, ...],
+        dtype: Any,
+    ) -> np.ndarray:
+        """``finish(sum over chunks of chunk(...), *dims)``, computed once.
+
+        ``chunk`` returns a ``(1, length)`` row of flattened partials per row chunk;
+        the rows are summed in a tree and ``finish`` (one task) turns the sum into
+        the ``out_shape`` result with the dimension sources on the cluster.
+        """
+        parts = da.blockwise(
+            chunk,
+            (_ROW, "flat"),
+            *row_args,
+            new_axes={"flat": int(length)},
+            adjust_chunks={_ROW: 1},
+            concatenate=True,
+            dtype=dtype,
+            meta=np.empty((0, 0), dtype=dtype),
+        )
+        total = parts.sum(axis=0)
+        out_ind = tuple(f"out{i}" for i in range(len(out_shape)))
+        result = da.blockwise(
+            finish,
+            out_ind,
+            total,
+            ("flat",),
+            *self._dim_args(),
+            new_axes=dict(zip(out_ind, (int(s) for s in out_shape))),
+            concatenate=True,
+            dtype=dtype,
+            meta=np.empty((0,) * len(out_shape), dtype=dtype),
+        )
+        return np.asarray(result.compute())
+
     def rmatmul(self, Y: Any) -> np.ndarray:
         """``T.T @ Y`` as a NumPy array (partials per chunk, summed on the cluster)."""
         Y = self._rows_operand(Y, "left operand")
         dtype = np.result_type(self.dtype, Y.dtype)
         tail = tuple(int(s) for s in Y.shape[1:])
-        y_ind = _row_ind(Y.ndim)
-        parts: list[tuple[np.ndarray, Any]] = []
+        k = int(np.prod(tail, dtype=np.int64))
+        sizes = tuple(int(S.shape[0]) for S in self.dims)
+        shapes = [(r, k) for r in sizes]
         if self.base is not None:
-            p = self.base.shape[1]
-            part = _reduce(
-                _base_t_chunk,
-                [self.base, (_ROW, "bc"), Y, y_ind],
-                (p,) + tail,
-                dtype,
-            )
-            parts.append((self.base_cols, part))
-        for S, Sd, idx, cols in zip(
-            self.dims, self.dims_on_cluster, self.indices, self.dim_cols
-        ):
-            R = _reduce(
-                functools.partial(_scatter_chunk, n=S.shape[0]),
-                [idx, (_ROW,), Y, y_ind],
-                (S.shape[0],) + tail,
-                dtype,
-            )
-            parts.append((cols, Sd.T @ R))
-        out = np.zeros((self.n_cols,) + tail, dtype=dtype)
-        for (cols, _), value in zip(parts, dask.compute(*(p for _, p in parts))):
-            out[cols] += value
-        return out
+            shapes.insert(0, (self.base.shape[1], k))
+        chunk = functools.partial(
+            _rmatmul_chunk, has_base=self.base is not None, sizes=sizes, dtype=dtype
+        )
+        finish = functools.partial(
+            _rmatmul_finish,
+            shapes=shapes,
+            base_cols=self.base_cols,
+            dim_cols=self.dim_cols,
+            n_cols=self.n_cols,
+            tail=tail,
+            dtype=dtype,
+        )
+        length = sum(int(np.prod(s)) for s in shapes)
+        args = self._row_args() + [Y, _row_ind(Y.ndim)]
+        return self._reduce(chunk, args, length, finish, (self.n_cols,) + tail, dtype)
 
     def _weights(self, weights: Any) -> list[Any]:
         if weights is None:
@@ -385,38 +631,31 @@ class DaskFactorizedMatrix(Operator):
 
     def _col_reduce(self, weights: Any, square: bool) -> np.ndarray:
         w = self._weights(weights)
-        parts: list[tuple[np.ndarray, Any]] = []
+        sizes = tuple(int(S.shape[0]) for S in self.dims)
+        shapes = [(r,) for r in sizes]
         if self.base is not None:
-            p = self.base.shape[1]
-            if w:
-                part = _reduce(
-                    functools.partial(_base_t_chunk, square=square),
-                    [self.base, (_ROW, "bc"), *w],
-                    (p,),
-                    self.dtype,
-                )
-            else:
-                part = _reduce(
-                    functools.partial(_base_colsum_chunk, square=square),
-                    [self.base, (_ROW, "bc")],
-                    (p,),
-                    self.dtype,
-                )
-            parts.append((self.base_cols, part))
-        for S, Sd, idx, cols in zip(
-            self.dims, self.dims_on_cluster, self.indices, self.dim_cols
-        ):
-            cnt = _reduce(
-                functools.partial(_counts_chunk, n=S.shape[0], dtype=self.dtype),
-                [idx, (_ROW,), *w],
-                (S.shape[0],),
-                self.dtype,
-            )
-            parts.append((cols, (Sd * Sd if square else Sd).T @ cnt))
-        out = np.zeros(self.n_cols, dtype=self.dtype)
-        for (cols, _), value in zip(parts, dask.compute(*(p for _, p in parts))):
-            out[cols] += value
-        return out
+            shapes.insert(0, (self.base.shape[1],))
+        dt = self.dtype
+        chunk = functools.partial(
+            _col_chunk,
+            has_base=self.base is not None,
+            sizes=sizes,
+            square=square,
+            weighted=bool(w),
+            dtype=dt,
+        )
+        finish = functools.partial(
+            _col_finish,
+            shapes=shapes,
+            base_cols=self.base_cols,
+            dim_cols=self.dim_cols,
+            n_cols=self.n_cols,
+            square=square,
+            dtype=dt,
+        )
+        length = sum(int(np.prod(s)) for s in shapes)
+        args = self._row_args() + w
+        return self._reduce(chunk, args, length, finish, (self.n_cols,), dt)
 
     def col_sums(self, weights: Any = None) -> np.ndarray:
         """``weights @ T`` (column sums when None) as a NumPy array."""
@@ -429,10 +668,11 @@ class DaskFactorizedMatrix(Operator):
     def gram(self, weights: Any = None, format: str = "auto") -> np.ndarray:
         """``T.T @ diag(weights) @ T`` as a dense NumPy array.
 
-        Blocks: ``B^T W B`` from per-chunk partials; ``S_k^T diag(I_k^T w) S_k``
-        from summed per-chunk counts; ``B^T W I_k S_k`` and ``S_a^T I_a^T W I_b S_b``
-        from per-chunk scatters into the source rows of one side (source-sized),
-        summed, then one product with that side's source on the cluster.
+        Each row chunk computes its whole gram ``T_c^T W_c T_c`` in one task, with
+        the (broadcast) dimension sources: ``B^T W B``, ``S_k^T diag(I_k^T w) S_k``,
+        ``S_k^T I_k^T W B`` and ``S_a^T C_ab S_b`` from the chunk's co-occurrence
+        counts ``C_ab = I_a^T W I_b``; the ``(n_cols, n_cols)`` partials are summed
+        in a tree. One graph; nothing source-sized or row-sized travels.
         """
         if format not in ("auto", "dense", "sparse"):
             raise ValueError(
@@ -444,68 +684,29 @@ class DaskFactorizedMatrix(Operator):
             )
         w = self._weights(weights)
         dt = self.dtype
-        blocks: list[tuple[np.ndarray, np.ndarray, Any]] = []
-        if self.base is not None:
-            p = self.base.shape[1]
-            bb = _reduce(_base_gram_chunk, [self.base, (_ROW, "bc"), *w], (p, p), dt)
-            blocks.append((self.base_cols, self.base_cols, bb))
         K = len(self.dims)
-        for a in range(K):
-            Sa, Sad, ia, ca = (
-                self.dims[a],
-                self.dims_on_cluster[a],
-                self.indices[a],
-                self.dim_cols[a],
-            )
-            ra = Sa.shape[0]
-            cnt = _reduce(
-                functools.partial(_counts_chunk, n=ra, dtype=dt),
-                [ia, (_ROW,), *w],
-                (ra,),
-                dt,
-            )
-            blocks.append((ca, ca, (Sad * cnt[:, None]).T @ Sad))
-            if self.base is not None:
-                p = self.base.shape[1]
-                R = _reduce(
-                    functools.partial(_scatter_chunk, n=ra),
-                    [ia, (_ROW,), self.base, (_ROW, "bc"), *w],
-                    (ra, p),
-                    dt,
-                )
-                blocks.append((ca, self.base_cols, Sad.T @ R))
-            for b in range(a + 1, K):
-                Sb, Sbd, ib, cb = (
-                    self.dims[b],
-                    self.dims_on_cluster[b],
-                    self.indices[b],
-                    self.dim_cols[b],
-                )
-                # Scatter into the smaller source's rows.
-                if ra <= Sb.shape[0]:
-                    R = _reduce(
-                        functools.partial(_cross_chunk, n=ra),
-                        [ia, (_ROW,), ib, (_ROW,), Sbd, self._dim_ind(b), *w],
-                        (ra, Sb.shape[1]),
-                        dt,
-                    )
-                    blocks.append((ca, cb, Sad.T @ R))
-                else:
-                    R = _reduce(
-                        functools.partial(_cross_chunk, n=Sb.shape[0]),
-                        [ib, (_ROW,), ia, (_ROW,), Sad, self._dim_ind(a), *w],
-                        (Sb.shape[0], Sa.shape[1]),
-                        dt,
-                    )
-                    blocks.append((cb, ca, Sbd.T @ R))
-        n = self.n_cols
-        G = np.zeros((n, n), dtype=dt)
-        values = dask.compute(*(B for _, _, B in blocks))
-        for (rc, cc, _), B in zip(blocks, values):
-            G[np.ix_(rc, cc)] += B
-            if rc is not cc:
-                G[np.ix_(cc, rc)] += np.asarray(B).T
-        return G
+        sizes = tuple(int(S.shape[0]) for S in self.dims)
+        # Scatter each cross block into the rows of the smaller source.
+        pairs = tuple(
+            (a, b) if sizes[a] <= sizes[b] else (b, a)
+            for a in range(K)
+            for b in range(a + 1, K)
+        )
+        chunk = functools.partial(
+            _gram_chunk,
+            has_base=self.base is not None,
+            n_dims=K,
+            pairs=pairs,
+            base_cols=self.base_cols,
+            dim_cols=self.dim_cols,
+            n_cols=self.n_cols,
+            weighted=bool(w),
+            dtype=dt,
+        )
+        shape = (self.n_cols, self.n_cols)
+        finish = functools.partial(_reshape_finish, shape=shape)
+        args = self._row_args() + self._dim_args() + w
+        return self._reduce(chunk, args, self.n_cols**2, finish, shape, dt)
 
     # ---------------------------------------------------------- rows and copies
     def take_rows(self, rows: Any) -> DaskFactorizedMatrix:
@@ -530,19 +731,50 @@ class DaskFactorizedMatrix(Operator):
         )
 
     def persist(self) -> DaskFactorizedMatrix:
-        """The same operator with base, index vectors and sources held in memory."""
-        base, indices, dims = dask.persist(
-            self.base, self.indices, self.dims_on_cluster
-        )
+        """The same operator with base, index vectors and sources held in memory.
+
+        On a ``distributed`` cluster the base (or the first index vector) is
+        persisted first; every other row array is then pinned, chunk by chunk, to
+        the worker that holds the matching base chunk, and the placement is kept
+        for the n-length operands uploaded later (:meth:`align_rows`).
+        """
+        client = _client()
+        placement = None
+        if client is None:
+            base, indices, dims = dask.persist(
+                self.base, self.indices, self.dims_on_cluster
+            )
+            indices = list(indices)
+        else:
+            anchor = self.base if self.base is not None else self.indices[0]
+            anchor = client.persist(anchor)
+            placement = _placement(client, anchor)
+            # All sources on one worker: the tasks that read them (the products
+            # ``S_k X`` and the final reduction step) run there and fetch nothing.
+            dims = client.persist(self.dims_on_cluster, workers=[placement[0]])
+            rest = self.indices if self.base is not None else self.indices[1:]
+            pinned = [
+                _pinned_array(client, idx, self.row_chunks, placement) for idx in rest
+            ]
+            if self.base is not None:
+                base, indices = anchor, pinned
+            else:
+                base, indices = None, [anchor, *pinned]
+            logger.info(
+                "Dask operator persisted: %d row chunks on %d workers",
+                self.n_chunks,
+                len(set(placement)),
+            )
         return DaskFactorizedMatrix(
             base,
             self.base_cols,
             self.dims,
-            list(indices),
+            indices,
             self.dim_cols,
             self.n_cols,
             self.dtype,
             dims_on_cluster=list(dims),
+            placement=placement,
         )
 
     def astype(self, dtype: Any) -> DaskFactorizedMatrix:
@@ -557,6 +789,7 @@ class DaskFactorizedMatrix(Operator):
             self.dim_cols,
             self.n_cols,
             dtype,
+            placement=self.placement,
         )
 
     def materialize(self, format: str = "auto") -> Any:
@@ -780,22 +1013,6 @@ def dask_dataset(
         idx if idx.chunks[0] == tuple(row_chunks) else idx.rechunk((row_chunks,))
         for idx in indices
     ]
-    # One pass on the cluster: index ranges and the base's finiteness.
-    checks = [da.min(idx) for idx in indices] + [da.max(idx) for idx in indices]
-    if base is not None:
-        checks.append(da.isfinite(base).all())
-    results = dask.compute(*checks)
-    K = len(indices)
-    for j in range(K):
-        lo, hi, r = int(results[j]), int(results[K + j]), dims[j].shape[0]
-        if lo < -1 or hi >= r:
-            raise ValueError(
-                f"index vector of source {dim_names[j]!r} holds values in "
-                f"[{lo}, {hi}]; expected source rows in [-1, {r - 1}] (-1: no match)."
-            )
-    if base is not None and not bool(results[-1]):
-        raise ValueError(f"source {names[base_k]!r} holds NaN or infinity.")
-
     if feature_names is None:
         feature_names = [
             f"{names[k]}__{j}" for k in range(n_sources) for j in range(len(cols[k]))
@@ -814,6 +1031,23 @@ def dask_dataset(
         dtype,
     )
     if persist:
+        # Persisted before the checks, so that they read what every fit reads and
+        # the index vectors (key look-ups, for frames) are computed only once.
         op = op.persist()
+    # One pass on the cluster: index ranges and the base's finiteness.
+    checks = [da.min(idx) for idx in op.indices] + [da.max(idx) for idx in op.indices]
+    if op.base is not None:
+        checks.append(da.isfinite(op.base).all())
+    results = dask.compute(*checks)
+    K = len(op.indices)
+    for j in range(K):
+        lo, hi, r = int(results[j]), int(results[K + j]), dims[j].shape[0]
+        if lo < -1 or hi >= r:
+            raise ValueError(
+                f"index vector of source {dim_names[j]!r} holds values in "
+                f"[{lo}, {hi}]; expected source rows in [-1, {r - 1}] (-1: no match)."
+            )
+    if op.base is not None and not bool(results[-1]):
+        raise ValueError(f"source {names[base_k]!r} holds NaN or infinity.")
     logger.info("Dask dataset: %r", op)
     return MultiSourceDataset(op, feature_names, names, base_source=base_k)

@@ -1,0 +1,248 @@
+"""A Dask-backed dataset from a ``dask.dataframe`` fact table and in-memory joins.
+
+The fact table is a ``dask.dataframe.DataFrame`` whose partitions become the row
+chunks; every joined table is a small pandas DataFrame, encoded once on the client
+(the same encoding as :func:`~ilargi_sklearn.dataset.from_frames`) and broadcast.
+Keys are mapped to row positions once, on the cluster: each partition looks its
+key columns up in the joined table's key index (``pandas.Index.get_indexer``, -1
+for no match), and snowflake joins compose the resulting index vectors chunk by
+chunk. No feature column of a joined table is ever repeated per fact row.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ilargi_sklearn.dataset._builder import (
+    Join,
+    _as_list,
+    _check_columns,
+    _check_table_spec,
+    _encode,
+    _key_kind,
+)
+from ilargi_sklearn.distributed._dask import dask_dataset
+
+__all__ = ["dask_from_frames"]
+
+logger = logging.getLogger(__name__)
+
+
+def _key_index(table: pd.DataFrame, keys: list[str], label: str) -> pd.Index:
+    """The joined table's key index (row position = position in the index)."""
+    index = (
+        pd.Index(table[keys[0]])
+        if len(keys) == 1
+        else pd.MultiIndex.from_frame(table[keys])
+    )
+    if not index.is_unique:
+        dup = index[index.duplicated()][:3].tolist()
+        raise ValueError(
+            f"join {label!r}: key values {dup} occur more than once in the joined "
+            "table; a Dask-backed dataset supports many-to-one joins only (one row "
+            "per key), deduplicate the table or join it in memory with from_frames."
+        )
+    return index
+
+
+def _lookup(part: pd.DataFrame, keys: list[str], index: pd.Index) -> np.ndarray:
+    """Row positions of one partition's keys in ``index`` (-1: no match)."""
+    probe = (
+        pd.Index(part[keys[0]])
+        if len(keys) == 1
+        else pd.MultiIndex.from_frame(part[keys])
+    )
+    return index.get_indexer(probe).astype(np.int64, copy=False)
+
+
+def _partition_rows(part: pd.DataFrame, keys: list[str], index: pd.Index) -> pd.Series:
+    return pd.Series(_lookup(part, keys, index), index=part.index, dtype="int64")
+
+
+def _compose(left: np.ndarray, via_rows: np.ndarray) -> np.ndarray:
+    """``via_rows[left]`` with -1 kept (a row the ``via`` table missed matches nothing)."""
+    out = np.full(left.shape[0], -1, dtype=np.int64)
+    hit = left >= 0
+    out[hit] = via_rows[left[hit]]
+    return out
+
+
+def dask_from_frames(
+    base: Any,
+    base_features: Sequence[str] = (),
+    joins: Sequence[Join] = (),
+    *,
+    base_name: str = "base",
+    dtype: Any = np.float64,
+    persist: bool = True,
+) -> Any:
+    """A Dask-backed :class:`~ilargi_sklearn.MultiSourceDataset` from DataFrames.
+
+    The Dask counterpart of :func:`~ilargi_sklearn.dataset.from_frames` for a star
+    or snowflake schema whose fact table does not fit one machine.
+
+    Parameters
+    ----------
+    base : dask.dataframe.DataFrame
+        The fact table; its partitions become the row chunks (sizes are computed
+        once).
+    base_features : list of str, default=()
+        Numeric feature columns of the fact table.
+    joins : list of Join
+        Many-to-one joins of pandas tables (``how="left"``; ``via`` for snowflake
+        schemas; ``categorical``, ``impute`` and ``indicator`` as in
+        ``from_frames``). Joined sources are stored dense.
+    base_name : str, default="base"
+        Source name of the fact table.
+    dtype : {np.float64, np.float32}, default=np.float64
+    persist : bool, default=True
+        Hold the fact table and the index vectors in cluster memory.
+
+    Returns
+    -------
+    MultiSourceDataset
+        Backed by a :class:`~ilargi_sklearn.distributed.DaskFactorizedMatrix`.
+
+    Raises
+    ------
+    ValueError
+        For joins other than left joins, duplicated keys in a joined table (not
+        many-to-one), unknown columns or ``via`` names.
+    TypeError
+        For key columns of incompatible kinds, or a non-numeric fact-table feature.
+
+    See Also
+    --------
+    ilargi_sklearn.dataset.from_frames : The in-memory builder (all join types).
+    dask_dataset : The same dataset from Dask arrays and index vectors.
+
+    Notes
+    -----
+    Inner, outer and one-to-many joins change the set of target rows, which would
+    reshuffle the fact table's partitions; they are not supported here. Unmatched
+    rows of a left join take zeros (add ``indicator=True`` for a matched flag).
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd, dask.dataframe as dd
+    >>> from ilargi_sklearn.dataset import Join
+    >>> facts = dd.from_pandas(
+    ...     pd.DataFrame({"x": [1.0, 2.0, 3.0], "k": [7, 8, 9]}), npartitions=2
+    ... )
+    >>> dim = pd.DataFrame({"k": [8, 7], "z": [20.0, 10.0]})
+    >>> ds = dask_from_frames(facts, ["x"], [Join(dim, on="k", features=["z"])])
+    >>> list(ds.feature_names)
+    ['base__x', 'join0__z']
+    >>> (ds @ np.ones(2)).compute()
+    array([11., 22.,  3.])
+    """
+    import dask.dataframe as dd
+
+    if not isinstance(base, dd.DataFrame):
+        raise TypeError(
+            f"base must be a dask.dataframe.DataFrame, got {type(base).__name__}; "
+            "use ilargi_sklearn.dataset.from_frames for pandas tables."
+        )
+    base_features = _as_list(base_features)
+    _check_columns(base, base_features, "features", base_name)
+    bad = [c for c in base_features if not pd.api.types.is_numeric_dtype(base[c].dtype)]
+    if bad:
+        raise TypeError(
+            f"fact-table features {bad} are not numeric; encode them before building "
+            "a Dask-backed dataset (joined tables may be categorical)."
+        )
+
+    tables: dict[str, Any] = {base_name: base}
+    rows: dict[str, Any] = {}  # index vector (Dask array) of each joined table
+    sources, indicators, names, feature_names = [], [], [], []
+    base_arr = None
+    if base_features:
+        base_arr = base[base_features].astype(dtype).to_dask_array(lengths=True)
+        sources.append(base_arr)
+        indicators.append(None)
+        names.append(base_name)
+        feature_names += [f"{base_name}__{c}" for c in base_features]
+    lengths = None if base_arr is None else base_arr.chunks[0]
+
+    for i, j in enumerate(joins):
+        if not isinstance(j, Join):
+            raise TypeError(f"joins[{i}] must be a Join, got {type(j).__name__}.")
+        label = j.name if j.name is not None else f"join{i}"
+        if label in tables:
+            raise ValueError(
+                f"duplicate source name {label!r}; give each Join a distinct name."
+            )
+        if j.how != "left":
+            raise ValueError(
+                f"join {label!r}: a Dask-backed dataset supports how='left' only, got "
+                f"how={j.how!r} (it would change the fact table's rows)."
+            )
+        R = j.table
+        if not isinstance(R, pd.DataFrame):
+            raise TypeError(
+                f"join {label!r}: table must be a pandas DataFrame, got "
+                f"{type(R).__name__}."
+            )
+        left_name = j.via if j.via is not None else base_name
+        if left_name not in tables:
+            raise ValueError(
+                f"join {label!r}: via={j.via!r} names no earlier table; known: "
+                f"{list(tables)}."
+            )
+        L = tables[left_name]
+        lk, rk = j.keys(label)
+        _check_columns(L, lk, "key columns", left_name)
+        _check_columns(R, rk, "key columns", label)
+        features, forced = _as_list(j.features), _as_list(j.categorical)
+        _check_table_spec(R, features, forced, j.impute, label, "impute")
+        for a, b in zip(lk, rk):
+            ka = _key_kind(L[a]._meta if left_name == base_name else L[a])
+            kb = _key_kind(R[b])
+            if "any" not in (ka, kb) and ka != kb:
+                raise TypeError(
+                    f"join {label!r}: key {left_name}.{a} ({L[a].dtype}) and "
+                    f"{label}.{b} ({R[b].dtype}) have incompatible dtypes; cast one "
+                    "side first."
+                )
+        index = _key_index(R, rk, label)
+        if left_name == base_name:
+            # On the cluster, once: each partition looks its keys up.
+            idx = base.map_partitions(
+                _partition_rows, lk, index, meta=(label, "int64")
+            ).to_dask_array(lengths=lengths if lengths is not None else True)
+            if lengths is None:
+                lengths = idx.chunks[0]
+        else:
+            # Snowflake: the via table's rows map to this table's rows (small, on
+            # the client); the fact rows compose that map chunk by chunk.
+            via_rows = _lookup(L, lk, index)
+            idx = rows[left_name].map_blocks(_compose, via_rows, dtype=np.int64)
+        rows[label] = idx
+        tables[label] = R
+        S, fnames, _, _ = _encode(
+            R, features, label, forced, j.impute, j.indicator, np.dtype(dtype), False
+        )
+        if S is None or S.shape[1] == 0:
+            continue
+        sources.append(np.asarray(S.toarray() if hasattr(S, "toarray") else S))
+        indicators.append(idx)
+        names.append(label)
+        feature_names += list(fnames)
+    if not sources:
+        raise ValueError(
+            "no features selected: give base_features or Join(features=...)."
+        )
+    logger.info("Dask dataset from frames: sources %s", names)
+    return dask_dataset(
+        sources,
+        indicators,
+        feature_names,
+        source_names=names,
+        dtype=dtype,
+        persist=persist,
+    )
