@@ -57,9 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.dry_run:
         # Before CuPy is imported: each launch waits for its kernel.
         os.environ.setdefault("CUDA_LAUNCH_BLOCKING", "1")
-    import numpy as np
-
     import gpu_check
+    import numpy as np
 
     n = 2_000 if args.dry_run else int(args.rows)
     if args.dry_run:

@@ -215,6 +215,8 @@ def asarray_on(x: Any, xp: Any, device: Any = None, dtype: Any = None) -> Any:
             "cannot be moved there (materialize it as dense first)."
         )
     xdtype = None if dtype is None else namespace_dtype(xp, dtype)
+    if isinstance(x, (list, tuple)):
+        x = np.asarray(x)
     if not isinstance(x, np.ndarray) and not isinstance(
         x, (bool, int, float, np.generic)
     ):

@@ -60,6 +60,7 @@ __all__ = [
     "safe_sparse_dot",
     "segment_sum",
     "to_dense",
+    "xp_column_sums",
     "xp_gather",
     "xp_segment_sum",
 ]
@@ -169,6 +170,27 @@ def segment_sum(
     # CSC (n_segments x n): its kernel walks the rows of Y in order.
     ind = sp.csc_matrix((data, indices, indptr), shape=(n_segments, idx.shape[0]))
     return np.asarray(ind @ Y)
+
+
+def xp_column_sums(A: Any, xp: Any = None) -> Any:
+    """``A.sum(axis=0)`` of a dense 1-D or 2-D array, in any namespace.
+
+    Outside NumPy a floating-point ``A`` is reduced by a product with a vector of
+    ones: CuPy reduces the columns of a tall matrix with one thread block per
+    column (5 ms for one column of 1e7 rows on an H200, where the product reads it
+    at memory bandwidth).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> xp_column_sums(np.array([[1.0, 2.0], [3.0, 4.0]]))
+    array([4., 6.])
+    """
+    xp = get_namespace(A) if xp is None else xp
+    if is_numpy_namespace(xp) or not xp.isdtype(A.dtype, "real floating"):
+        return xp.sum(A, axis=0)
+    ones = xp.ones((A.shape[0],), dtype=A.dtype, device=device_of(A))
+    return ones @ A
 
 
 def xp_gather(Z: Any, idx: Any, has_missing: bool, xp: Any = None) -> Any:

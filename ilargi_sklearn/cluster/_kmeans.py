@@ -49,11 +49,13 @@ from ilargi_sklearn._backend._compiled import (
 from ilargi_sklearn._backend._cuml import fit_cuml, use_cuml
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
+    device_of,
     get_namespace,
     is_numpy_namespace,
     numpy_dtype,
     to_numpy,
 )
+from ilargi_sklearn._backend._ops import xp_column_sums
 from ilargi_sklearn.dataset import AffineOperator, FactorizedMatrix, MatrixOperator
 from ilargi_sklearn.dataset._operators import fused_layout
 from ilargi_sklearn.utils._validation import (
@@ -794,7 +796,7 @@ def _lloyd_iter_xp(op, sample_weight, centers, x_squared_norms, update_centers=T
     clusters = xp.arange(n_clusters, device=op.device)
     assignment = xp.astype(labels[:, None] == clusters[None, :], partial.dtype)
     assignment = assignment * sample_weight[:, None]
-    weight_in_clusters = to_numpy(xp.sum(assignment, axis=0)).astype(centers.dtype)
+    weight_in_clusters = to_numpy(xp_column_sums(assignment, xp)).astype(centers.dtype)
     centers_new = np.ascontiguousarray(
         to_numpy(op.rmatmul(assignment)).T, dtype=centers.dtype
     )
@@ -857,7 +859,7 @@ def _kmeans_single_lloyd_xp(
 
 def _is_same_clustering_xp(xp, labels1, labels2, n_clusters):
     """:func:`_is_same_clustering` on a device, from the (k, k) contingency table."""
-    clusters = xp.arange(n_clusters, device=labels1.device)
+    clusters = xp.arange(n_clusters, device=device_of(labels1))
     A = xp.astype(labels1[:, None] == clusters[None, :], xp.float64)
     B = xp.astype(labels2[:, None] == clusters[None, :], xp.float64)
     table = to_numpy(xp.matrix_transpose(A) @ B)

@@ -303,14 +303,14 @@ def _fit_multiplicative_update_xp(op, W, H, max_iter=200, tol=1e-4, update_H=Tru
             XHt = t_ht(H)
         if HHt is None:
             HHt = H @ xp.matrix_transpose(H)
-        W = W * (XHt / guard(W @ HHt))
+        W = op.hold(W * (XHt / guard(W @ HHt)))
         XHt = None if update_H else XHt
         error = None
         if update_H:
             numerator = xp.matrix_transpose(op.rmatmul(W))
             if numerator.dtype != H.dtype:
                 numerator = xp.astype(numerator, H.dtype)
-            H = H * (numerator / guard((xp.matrix_transpose(W) @ W) @ H))
+            H = op.hold(H * (numerator / guard((xp.matrix_transpose(W) @ W) @ H)))
             HHt = None
         if check and n_iter % 10 == 0:
             if XHt is None:

@@ -22,6 +22,7 @@ from ilargi_sklearn._backend._namespace import (
     namespace_dtype,
     to_numpy,
 )
+from ilargi_sklearn._backend._ops import xp_column_sums
 from ilargi_sklearn.dataset._operators import matmul_into
 from ilargi_sklearn.linear_model._loss import (
     _gradient_descent,
@@ -193,7 +194,7 @@ def _solve_normal_equations(op, Y, sample_weight, fit_intercept, max_refine=5):
             return xp.astype(a, xdt)
 
         def colsum(a):
-            return host(xp.sum(a, axis=0))
+            return host(xp_column_sums(a, xp))
 
         def predict64(op, coef):
             P = op.matmul(asarray_on(coef.astype(dtype), xp, op.device))

@@ -35,6 +35,7 @@ from ilargi_sklearn._backend._namespace import (
     namespace_dtype,
     to_numpy,
 )
+from ilargi_sklearn._backend._ops import xp_column_sums
 
 __all__ = [
     "LOSSES",
@@ -239,7 +240,7 @@ def _loss_and_grad_xp(
         value += 0.5 * l2_reg_strength * float(np.sum(coef * coef))
         g_coef += l2_reg_strength * coef
     if fit_intercept:
-        g_intercept[:] = to_numpy(xp.sum(grad_raw, axis=0))
+        g_intercept[:] = to_numpy(xp_column_sums(grad_raw, xp))
     return value, grad
 
 
