@@ -680,7 +680,13 @@ def run_pytest(rec: Recorder, budget: Budget, out_dir: Path, timeout: float) -> 
 
 
 # --------------------------------------------------- phase 4: agree and time
-def _star(n_rows: int, seed: int = 0, nonneg: bool = False, dim_rows: int = 10_000):
+def _star(
+    n_rows: int,
+    seed: int = 0,
+    nonneg: bool = False,
+    dim_rows: int = 10_000,
+    dim_cols: int = 8,
+):
     from ilargi_sklearn import MultiSourceDataset
 
     rng = np.random.default_rng(seed)
@@ -689,7 +695,7 @@ def _star(n_rows: int, seed: int = 0, nonneg: bool = False, dim_rows: int = 10_0
     sources = [draw((n_rows, 4))]
     indicators: list[Any] = [None]
     for _ in range(2):
-        sources.append(draw((dim_rows, 8)))
+        sources.append(draw((dim_rows, dim_cols)))
         indicators.append(rng.integers(0, dim_rows, n_rows))
     return MultiSourceDataset.from_matrices(sources, indicators)
 

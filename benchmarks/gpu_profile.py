@@ -51,10 +51,16 @@ def main(argv: list[str] | None = None) -> int:
         "logistic_regression, kmeans, gnmf, standard_scaler)",
     )
     parser.add_argument("--plans", default="factorized,materialized")
+    parser.add_argument(
+        "--dim-cols", type=int, default=8, help="columns of each dimension table"
+    )
     parser.add_argument("--top", type=int, default=18)
+    parser.add_argument(
+        "--no-profile", action="store_true", help="time only, no cProfile tables"
+    )
     parser.add_argument("--dry-run", action="store_true", help="NumPy, tiny sizes")
     args = parser.parse_args(argv)
-    if not args.dry_run:
+    if not args.dry_run and not args.no_profile:
         # Before CuPy is imported: each launch waits for its kernel.
         os.environ.setdefault("CUDA_LAUNCH_BLOCKING", "1")
     import gpu_check
@@ -81,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     wanted = set(args.estimators.split(","))
     plans = args.plans.split(",")
     data = {
-        False: device(gpu_check._star(n)),
-        True: device(gpu_check._star(n, nonneg=True)),
+        False: device(gpu_check._star(n, dim_cols=args.dim_cols)),
+        True: device(gpu_check._star(n, nonneg=True, dim_cols=args.dim_cols)),
     }
     rng = np.random.default_rng(0)
     y = rng.standard_normal(n)
@@ -104,8 +110,12 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             fit()
             seconds = time.perf_counter() - t0
-            print(f"\n##### {name} {plan}, {n:,} rows: {seconds:.4f} s (synchronized)")
-            print(_profile(fit, args.top))
+            print(
+                f"\n##### {name} {plan}, {n:,} rows x {X.shape[1]} columns: "
+                f"{seconds:.4f} s (synchronized)"
+            )
+            if not args.no_profile:
+                print(_profile(fit, args.top))
             sys.stdout.flush()
     return 0
 

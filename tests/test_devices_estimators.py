@@ -296,3 +296,23 @@ def test_gnmf_gpu_request_without_gpu_carries_probe_reason():
     assert reason in str(info.value)
     with pytest.raises(ValueError, match="device"):
         FactorizedGNMF(2, device="tpu").fit(ds)
+
+
+def test_logistic_float_labels_and_bad_labels_on_strict_device():
+    # Integral float labels on the device are encoded there, like on the host;
+    # continuous or non-finite ones get scikit-learn's errors.
+    ds = random_dataset(6, scenario="star", n_rows=60)
+    dd = ds.to_device(DEV, namespace=xps)
+    y = (np.arange(len(ds)) % 3).astype(np.float64) - 1.0
+    ref = FactorizedLogisticRegression(max_iter=50).fit(ds, y)
+    est = FactorizedLogisticRegression(max_iter=50).fit(dd, asarray_on(y, xps, DEV))
+    np.testing.assert_array_equal(est.classes_, ref.classes_)
+    _close(est.coef_, ref.coef_, 1e-6)
+    with pytest.raises(ValueError, match="Unknown label type: continuous"):
+        FactorizedLogisticRegression().fit(dd, asarray_on(y + 0.5 * (y > 0), xps, DEV))
+    with pytest.raises(ValueError, match="NaN or infinity"):
+        FactorizedLogisticRegression().fit(
+            dd, asarray_on(np.where(y > 0, np.nan, y), xps, DEV)
+        )
+    with pytest.raises(ValueError, match="only one class"):
+        FactorizedLogisticRegression().fit(dd, asarray_on(np.zeros(len(ds)), xps, DEV))

@@ -590,3 +590,25 @@ def test_blocked_padded_gather_and_cached_column_index(monkeypatch):
     # Nothing to pad without missing entries: the same array back.
     Z2 = Z[:2]
     assert RowMap(np.array([0, 1, 1]), 2).pad(Z2) is Z2
+
+
+@pytest.mark.parametrize(
+    "y",
+    [
+        np.array([5, -3, 5, 7, -3, 100]),
+        np.array([2, 1, 2, 1], dtype=np.uint8),
+        np.array([0, 10**12, 0]),  # too wide a range: LabelEncoder
+        np.array([1.0, 0.0, 1.0]),
+        np.array(["b", "a", "b"]),
+    ],
+)
+def test_encode_labels_equals_label_encoder(y):
+    from sklearn.preprocessing import LabelEncoder
+
+    from ilargi_sklearn.linear_model._logistic import _encode_labels
+
+    classes, codes = _encode_labels(y)
+    enc = LabelEncoder().fit(y)
+    np.testing.assert_array_equal(classes, enc.classes_)
+    assert classes.dtype == enc.classes_.dtype
+    np.testing.assert_array_equal(codes, enc.transform(y))
