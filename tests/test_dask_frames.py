@@ -93,7 +93,9 @@ def test_matches_from_frames(client):
 def test_unsupported_joins(client):
     facts, stores, regions, calendar = _tables(1)
     base = dd.from_pandas(facts, npartitions=2)
-    with pytest.raises(ValueError, match="how='left' only"):
+    with pytest.raises(
+        ValueError, match="how must be 'left', got 'inner' .a Dask-backed dataset keeps"
+    ):
         dask_from_frames(
             base,
             ["x1"],

@@ -516,7 +516,7 @@ def _frame_cases():
         (
             "Join of an array",
             TypeError,
-            "join 'dim': table must be a DataFrame, got ndarray",
+            "join 'dim': table must be a pandas DataFrame, got ndarray",
             lambda: from_frames(base, ["a"], [J(dim.to_numpy(), on="k", name="dim")]),
             [base, dim],
         ),

@@ -336,6 +336,67 @@ def _expand(
     return old, pos
 
 
+def _check_join(
+    i: int,
+    j: Any,
+    tables: dict[str, Any],
+    base_name: str,
+    hows: tuple[str, ...],
+    kind_of: Any = None,
+    why: str = "",
+) -> tuple:
+    """Check join ``i`` of a ``from_frames`` call against the tables seen so far.
+
+    Returns ``(label, table, left_name, left_table, left_keys, right_keys,
+    features, categorical)``. ``hows`` lists the join types the caller supports;
+    ``kind_of(table_name, column)`` gives a left key column for the dtype check
+    (default: the column itself); ``why`` explains a refused join type.
+    """
+    if not isinstance(j, Join):
+        raise TypeError(f"joins[{i}] must be a Join, got {type(j).__name__}.")
+    label = j.name if j.name is not None else f"join{i}"
+    if label in tables:
+        raise ValueError(
+            f"duplicate source name {label!r}; give each Join a distinct name."
+        )
+    if j.how not in hows:
+        names = [repr(h) for h in hows]
+        allowed = names[0] if len(names) == 1 else ", ".join(names[:-1])
+        allowed += "" if len(names) == 1 else f" or {names[-1]}"
+        raise ValueError(
+            f"join {label!r}: how must be {allowed}, got {j.how!r}"
+            + (f" ({why})." if why else ".")
+        )
+    R = j.table
+    if not isinstance(R, pd.DataFrame):
+        raise TypeError(
+            f"join {label!r}: table must be a pandas DataFrame, got {type(R).__name__}."
+        )
+    if len(R) == 0:
+        raise ValueError(f"table {label!r} is empty.")
+    left_name = j.via if j.via is not None else base_name
+    if left_name not in tables:
+        raise ValueError(
+            f"join {label!r}: via={j.via!r} names no earlier table; known: "
+            f"{list(tables)}."
+        )
+    L = tables[left_name]
+    lk, rk = j.keys(label)
+    _check_columns(L, lk, "key columns", left_name)
+    _check_columns(R, rk, "key columns", label)
+    features, forced = _as_list(j.features), _as_list(j.categorical)
+    _check_table_spec(R, features, forced, j.impute, label, "impute")
+    for a, b in zip(lk, rk):
+        left_col = L[a] if kind_of is None else kind_of(left_name, a)
+        ka, kb = _key_kind(left_col), _key_kind(R[b])
+        if "any" not in (ka, kb) and ka != kb:
+            raise TypeError(
+                f"join {label!r}: key {left_name}.{a} ({L[a].dtype}) and {label}.{b} "
+                f"({R[b].dtype}) have incompatible dtypes; cast one side first."
+            )
+    return label, R, left_name, L, lk, rk, features, forced
+
+
 def from_frames(
     base: pd.DataFrame,
     base_features: Sequence[str] = (),
@@ -415,42 +476,9 @@ def from_frames(
     idx: dict[str, np.ndarray] = {base_name: np.arange(n_rows, dtype=np.int64)}
 
     for i, j in enumerate(joins):
-        if not isinstance(j, Join):
-            raise TypeError(f"joins[{i}] must be a Join, got {type(j).__name__}.")
-        label = j.name if j.name is not None else f"join{i}"
-        if label in tables:
-            raise ValueError(
-                f"duplicate source name {label!r}; give each Join a distinct name."
-            )
-        R = j.table
-        if not isinstance(R, pd.DataFrame):
-            raise TypeError(
-                f"join {label!r}: table must be a DataFrame, got {type(R).__name__}."
-            )
-        if len(R) == 0:
-            raise ValueError(f"table {label!r} is empty.")
-        if j.how not in ("inner", "left", "outer"):
-            raise ValueError(
-                f"join {label!r}: how must be 'inner', 'left' or 'outer', got {j.how!r}."
-            )
-        left_name = j.via if j.via is not None else base_name
-        if left_name not in tables:
-            raise ValueError(
-                f"join {label!r}: via={j.via!r} names no earlier table; known: {list(tables)}."
-            )
-        L = tables[left_name]
-        lk, rk = j.keys(label)
-        _check_columns(L, lk, "key columns", left_name)
-        _check_columns(R, rk, "key columns", label)
-        features, forced = _as_list(j.features), _as_list(j.categorical)
-        _check_table_spec(R, features, forced, j.impute, label, "impute")
-        for a, b in zip(lk, rk):
-            ka, kb = _key_kind(L[a]), _key_kind(R[b])
-            if "any" not in (ka, kb) and ka != kb:
-                raise TypeError(
-                    f"join {label!r}: key {left_name}.{a} ({L[a].dtype}) and {label}.{b} "
-                    f"({R[b].dtype}) have incompatible dtypes; cast one side first."
-                )
+        label, R, left_name, L, lk, rk, features, forced = _check_join(
+            i, j, tables, base_name, ("inner", "left", "outer")
+        )
 
         left_codes, right_codes, n_codes = _key_codes(L, lk, R, rk)
         per_code = np.bincount(right_codes, minlength=n_codes)

@@ -22,9 +22,8 @@ from ilargi_sklearn.dataset._builder import (
     Join,
     _as_list,
     _check_columns,
-    _check_table_spec,
+    _check_join,
     _encode,
-    _key_kind,
 )
 from ilargi_sklearn.distributed._dask import dask_dataset
 
@@ -170,45 +169,18 @@ def dask_from_frames(
     lengths = None if base_arr is None else base_arr.chunks[0]
 
     for i, j in enumerate(joins):
-        if not isinstance(j, Join):
-            raise TypeError(f"joins[{i}] must be a Join, got {type(j).__name__}.")
-        label = j.name if j.name is not None else f"join{i}"
-        if label in tables:
-            raise ValueError(
-                f"duplicate source name {label!r}; give each Join a distinct name."
-            )
-        if j.how != "left":
-            raise ValueError(
-                f"join {label!r}: a Dask-backed dataset supports how='left' only, got "
-                f"how={j.how!r} (it would change the fact table's rows)."
-            )
-        R = j.table
-        if not isinstance(R, pd.DataFrame):
-            raise TypeError(
-                f"join {label!r}: table must be a pandas DataFrame, got "
-                f"{type(R).__name__}."
-            )
-        left_name = j.via if j.via is not None else base_name
-        if left_name not in tables:
-            raise ValueError(
-                f"join {label!r}: via={j.via!r} names no earlier table; known: "
-                f"{list(tables)}."
-            )
-        L = tables[left_name]
-        lk, rk = j.keys(label)
-        _check_columns(L, lk, "key columns", left_name)
-        _check_columns(R, rk, "key columns", label)
-        features, forced = _as_list(j.features), _as_list(j.categorical)
-        _check_table_spec(R, features, forced, j.impute, label, "impute")
-        for a, b in zip(lk, rk):
-            ka = _key_kind(L[a]._meta if left_name == base_name else L[a])
-            kb = _key_kind(R[b])
-            if "any" not in (ka, kb) and ka != kb:
-                raise TypeError(
-                    f"join {label!r}: key {left_name}.{a} ({L[a].dtype}) and "
-                    f"{label}.{b} ({R[b].dtype}) have incompatible dtypes; cast one "
-                    "side first."
-                )
+        label, R, left_name, L, lk, rk, features, forced = _check_join(
+            i,
+            j,
+            tables,
+            base_name,
+            ("left",),
+            # The fact table is a dask.dataframe: its columns' dtypes from _meta.
+            kind_of=lambda name, col: (
+                tables[name][col]._meta if name == base_name else tables[name][col]
+            ),
+            why="a Dask-backed dataset keeps the fact table's rows: left joins only",
+        )
         index = _key_index(R, rk, label)
         if left_name == base_name:
             # On the cluster, once: each partition looks its keys up.
