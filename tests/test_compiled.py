@@ -5,6 +5,7 @@ import sys
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from sklearn.cluster import KMeans
 from threadpoolctl import threadpool_limits
 
@@ -86,13 +87,21 @@ def _reference_assign(X0, o0, C0, idxs, P, offsets, pads, bias):
     return partial.argmin(axis=1), partial
 
 
+@pytest.mark.parametrize("base", ["dense", "csr"])
 @pytest.mark.parametrize("k", [3, 8, 11])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_assign_and_accumulate_match_numpy(k, dtype):
+def test_assign_and_accumulate_match_numpy(k, dtype, base):
     rng = np.random.default_rng(k)
     n, d0, r = 500, 4, 7
     X0 = rng.standard_normal((n, d0)).astype(dtype)
     o0 = rng.standard_normal(d0).astype(dtype)
+    Xk = X0
+    if base == "csr":
+        # Some empty rows, no centering (a CSR source is never centered).
+        X0[rng.random((n, d0)) < 0.6] = 0.0
+        X0[:7] = 0.0
+        o0[:] = 0.0
+        Xk = sp.csr_matrix(X0)
     idxs = [rng.integers(-1, r, n), rng.integers(0, r + 3, n)]
     sizes = [r + 1, r + 4]
     offsets = np.array([0, sizes[0]])
@@ -109,7 +118,7 @@ def test_assign_and_accumulate_match_numpy(k, dtype):
     best = np.empty(n, dtype=dtype)
     nb = kp // 8
     _compiled.fused_assign(
-        X0,
+        Xk,
         o0,
         np.ascontiguousarray(C0.reshape(d0, nb, 8).transpose(1, 0, 2)),
         idxs,
@@ -130,12 +139,12 @@ def test_assign_and_accumulate_match_numpy(k, dtype):
 
     at = np.empty(n, dtype=dtype)
     given = rng.integers(0, k, n).astype(np.int32)
-    _compiled.fused_partial_at(X0, o0, C0, idxs, P, offsets, pads, bias, given, at)
+    _compiled.fused_partial_at(Xk, o0, C0, idxs, P, offsets, pads, bias, given, at)
     np.testing.assert_allclose(at, partial[np.arange(n), given], atol=tol * scale)
 
     w = rng.random(n)
     wsum, sums0, cnt = _compiled.fused_accumulate(
-        X0, o0, idxs, offsets, pads, w, labels, k, total
+        Xk, o0, idxs, offsets, pads, w, labels, k, total
     )
     np.testing.assert_allclose(wsum, np.bincount(labels, w, minlength=k))
     ref_sums0 = np.zeros((k, d0))
@@ -145,6 +154,16 @@ def test_assign_and_accumulate_match_numpy(k, dtype):
     for idx, off, pad in zip(idxs, offsets, pads):
         np.add.at(ref_cnt, (off + np.where(idx < 0, pad, idx), labels), w)
     np.testing.assert_allclose(cnt, ref_cnt, rtol=1e-12)
+
+
+def test_csr_base_cannot_be_centered():
+    X0 = sp.csr_matrix(np.eye(3))
+    o0 = np.array([0.0, 0.5, 0.0])
+    idxs, offsets, pads = [], np.zeros(0, np.int64), np.zeros(0, np.int64)
+    with pytest.raises(ValueError, match=r"o0 must be zero.*columns \[1\]"):
+        _compiled.fused_accumulate(
+            X0, o0, idxs, offsets, pads, np.ones(3), np.zeros(3, np.int32), 1, 0
+        )
 
 
 def test_two_chunks_equal_one_chunk(monkeypatch):
@@ -159,14 +178,18 @@ def test_two_chunks_equal_one_chunk(monkeypatch):
 
 
 # ---------------------------------------------------------------- fused layouts
+def _dense_matrix(A):
+    return A.toarray() if sp.issparse(A) else A
+
+
 def _layout_matrix(layout):
     """The matrix a layout describes, built densely (test helper)."""
     n, m = layout.shape
     T = np.zeros((n, m))
     if layout.base is not None:
-        T[:, layout.base_cols] += layout.base
+        T[:, layout.base_cols] += _dense_matrix(layout.base)
     for g in layout.groups:
-        Z = np.vstack([g.S, np.zeros((1, g.S.shape[1]))])
+        Z = np.vstack([_dense_matrix(g.S), np.zeros((1, g.S.shape[1]))])
         T[:, g.cols] += Z[np.where(g.idx < 0, g.S.shape[0], g.idx)]
     if layout.offset is not None:
         T -= layout.offset
@@ -175,13 +198,19 @@ def _layout_matrix(layout):
     return T
 
 
-@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s != "sparse"])
+@pytest.mark.parametrize("scenario", SCENARIOS)
 def test_layout_describes_the_operator(scenario):
     ds = random_dataset(1, n_rows=80, scenario=scenario)
     op = ds.operator
     rng = np.random.default_rng(0)
     scale = rng.random(op.n_cols) + 0.5
     offset = rng.standard_normal(op.n_cols)
+    sparse_cols = fused_layout(op).sparse_cols()
+    assert (sparse_cols.size > 0) == (scenario == "sparse")
+    if sparse_cols.size:
+        # Centering a CSR source would densify it: no layout; elsewhere fine.
+        assert fused_layout(AffineOperator(op, offset=offset)) is None
+        offset[sparse_cols] = 0.0
     nested = AffineOperator(AffineOperator(op, scale=scale), offset=offset)
     for o in (op, AffineOperator(op, offset=offset), nested):
         layout = fused_layout(o)
@@ -192,7 +221,10 @@ def test_layout_describes_the_operator(scenario):
 
 def test_layout_is_none_where_kernels_do_not_apply():
     sparse = random_dataset(0, scenario="sparse").operator
-    assert fused_layout(sparse) is None
+    assert fused_layout(sparse) is not None
+    offset = np.zeros(sparse.n_cols)
+    offset[fused_layout(sparse).sparse_cols()[0]] = 1.0
+    assert fused_layout(AffineOperator(sparse, offset=offset)) is None
     assert fused_layout(MatrixOperator(np.ones((4, 2)))) is None
 
 
@@ -212,11 +244,11 @@ def test_kmeans_compiled_equals_numpy_and_sklearn(scenario, monkeypatch, spy_fus
     init = X[np.random.default_rng(0).choice(X.shape[0], 6, replace=False)]
     sw = np.random.default_rng(1).random(X.shape[0]) + 0.5
     fused = FactorizedKMeans(6, init=init).fit(ds, sample_weight=sw)
-    assert len(spy_fused) == (0 if scenario == "sparse" else 1)
+    assert len(spy_fused) == 1
     with monkeypatch.context() as m:
         m.setenv(_compiled.NO_NUMBA_ENV, "1")
         plain = FactorizedKMeans(6, init=init).fit(ds, sample_weight=sw)
-    assert len(spy_fused) == (0 if scenario == "sparse" else 1)
+    assert len(spy_fused) == 1
     ref = KMeans(6, init=init, n_init=1, algorithm="lloyd").fit(X, sample_weight=sw)
     tol = _tol(X.dtype)
     for other in (plain, ref):
@@ -282,6 +314,101 @@ def test_kmeans_predict_and_score_compiled_equal_numpy(scenario, monkeypatch):
         np.testing.assert_array_equal(labels, fused.predict(other))
         np.testing.assert_allclose(score, fused.score(other), rtol=_tol(ds.dtype))
     np.testing.assert_array_equal(labels, fused.labels_[::3])
+
+
+# ------------------------------------------------------ KMeans: sparse sources
+def _sparse_source(rng, r, c, dtype):
+    S = sp.random(r, c, density=0.3, random_state=rng, format="csr", dtype=dtype)
+    S.data = rng.standard_normal(S.data.shape[0]).astype(dtype)
+    return S
+
+
+def _sparse_dataset(seed, base, dtype=np.float64, n_rows=400, base_cols=3):
+    """CSR dimension tables with unmatched rows (-1), a CSR, dense or no base."""
+    rng = np.random.default_rng(seed)
+    sources, indicators = [], []
+    if base == "csr":
+        sources.append(_sparse_source(rng, n_rows, base_cols, dtype))
+        indicators.append(None)
+    elif base == "dense":
+        sources.append(rng.standard_normal((n_rows, base_cols)).astype(dtype))
+        indicators.append(None)
+    for r, c in [(13, 5), (31, 3)]:
+        sources.append(_sparse_source(rng, r, c, dtype))
+        idx = rng.integers(0, r, n_rows)
+        idx[rng.random(n_rows) < 0.2] = -1
+        indicators.append(idx)
+    # A dense dimension table next to the CSR ones.
+    sources.append(rng.standard_normal((9, 2)).astype(dtype))
+    indicators.append(rng.integers(0, 9, n_rows))
+    return MultiSourceDataset.from_matrices(sources, indicators, dtype=dtype)
+
+
+@pytest.mark.parametrize(
+    ("base", "dtype", "k"),
+    [
+        ("csr", np.float64, 6),
+        ("csr", np.float64, 11),
+        ("csr", np.float32, 6),
+        ("dense", np.float64, 6),
+        ("dense", np.float32, 11),
+        (None, np.float64, 6),
+    ],
+)
+def test_kmeans_sparse_sources_equal_sklearn_and_numpy(
+    base, dtype, k, monkeypatch, spy_fused
+):
+    ds = _sparse_dataset(k, base, dtype)
+    X = sp.csr_matrix(ds.materialize("sparse"))
+    assert X.dtype == dtype
+    rng = np.random.default_rng(0)
+    init = X[rng.choice(X.shape[0], k, replace=False)].toarray()
+    sw = rng.random(X.shape[0]) + 0.5
+    fused = FactorizedKMeans(k, init=init).fit(ds, sample_weight=sw)
+    assert len(spy_fused) == 1
+    with monkeypatch.context() as m:
+        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        plain = FactorizedKMeans(k, init=init).fit(ds, sample_weight=sw)
+    assert len(spy_fused) == 1
+    ref = KMeans(k, init=init, n_init=1, algorithm="lloyd").fit(X, sample_weight=sw)
+    tol = 1e-10 if np.dtype(dtype) == np.float64 else _tol(dtype)
+    for other in (plain, ref):
+        np.testing.assert_array_equal(fused.labels_, other.labels_)
+        scale = np.abs(other.cluster_centers_).max()
+        np.testing.assert_allclose(
+            fused.cluster_centers_, other.cluster_centers_, atol=tol * scale
+        )
+        np.testing.assert_allclose(fused.inertia_, other.inertia_, rtol=tol * 10)
+        assert fused.n_iter_ == other.n_iter_
+    assert fused.cluster_centers_.dtype == dtype
+    # predict / score on other rows: the compiled E-step equals the NumPy one.
+    rows = ds[np.arange(0, ds.shape[0], 3)]
+    labels, score = fused.predict(rows), fused.score(rows)
+    with monkeypatch.context() as m:
+        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        np.testing.assert_array_equal(labels, fused.predict(rows))
+        np.testing.assert_allclose(score, fused.score(rows), rtol=_tol(dtype))
+    np.testing.assert_array_equal(labels, ref.predict(X[::3]))
+
+
+def test_kmeans_wide_csr_base_goes_through_a_table(monkeypatch, spy_fused):
+    # A CSR base wider than the inline limit is multiplied by SciPy into a table.
+    monkeypatch.setattr(_kmeans, "_INLINE_MAX_SPARSE_COLS", 2)
+    ds = _sparse_dataset(3, "csr", base_cols=5)
+    layout = fused_layout(ds.operator)
+    assert sp.issparse(layout.base) and layout.base.shape[1] == 5
+    X = sp.csr_matrix(ds.materialize("sparse"))
+    init = X[:4].toarray()
+    fused = _kmeans._FusedLloyd(layout, 4)
+    assert fused.X0.shape[1] == 0 and sp.issparse(fused.tables[0])
+    ours = FactorizedKMeans(4, init=init).fit(ds)
+    ref = KMeans(4, init=init, n_init=1, algorithm="lloyd").fit(X)
+    assert len(spy_fused) == 1
+    np.testing.assert_array_equal(ours.labels_, ref.labels_)
+    scale = np.abs(ref.cluster_centers_).max()
+    np.testing.assert_allclose(
+        ours.cluster_centers_, ref.cluster_centers_, atol=1e-10 * scale
+    )
 
 
 # ------------------------------------------------------------ products with out=

@@ -7,16 +7,17 @@ scikit-learn's ``_kmeans_single_lloyd`` step by step (greedy k-means++, empty-cl
 relocation, strict and tolerance-based convergence, the final E-step), so that with
 the same initial centers the fit reproduces ``sklearn.cluster.KMeans``.
 
-On a NumPy factorized matrix with dense sources, and with numba installed, the
+On a NumPy factorized matrix (dense or CSR sources), and with numba installed, the
 iteration runs as two compiled passes over the target rows instead
 (:class:`_FusedLloyd`, kernels in ``_backend._compiled``): the E-step multiplies the
-identity source in the loop and adds one precomputed ``(source rows + 1) x k`` table
-row per row group, with the arg-min in registers; the M-step accumulates the base
-columns per cluster and the (source row, cluster) weights per group. No
-``n x n_clusters`` array is built. At 2e5 rows, two dimension tables and 8 clusters
-an iteration went from about 15 ms to about 7 ms (one thread) and the fit's peak memory
-from 49 MB to 25 MB. Other operators (sparse sources, plain matrices, device
-arrays) and ``ILARGI_SKLEARN_NO_NUMBA=1`` keep the NumPy kernels below.
+identity source in the loop (a CSR one entry by entry) and adds one precomputed
+``(source rows + 1) x k`` table row per row group (a SciPy product for a CSR
+table), with the arg-min in registers; the M-step accumulates the base columns per
+cluster and the (source row, cluster) weights per group. No ``n x n_clusters`` array
+is built. At 2e5 rows, two dimension tables and 8 clusters an iteration went from
+about 15 ms to about 7 ms (one thread) and the fit's peak memory from 49 MB to 25 MB.
+Other operators (plain matrices, device arrays, a centered CSR source) and
+``ILARGI_SKLEARN_NO_NUMBA=1`` keep the NumPy kernels below.
 """
 
 from __future__ import annotations
@@ -483,13 +484,17 @@ def _kmeans_single_lloyd(
 #: Identity sources up to this many columns are multiplied inside the fused loop;
 #: wider ones are multiplied by BLAS into an n x k table first.
 _INLINE_MAX_COLS = 32
+#: The same for a CSR identity source (the loop reads its entries only; the
+#: blocked centers, ``d0 x 8`` per block, should stay in cache).
+_INLINE_MAX_SPARSE_COLS = 4096
 
 
 def _fused_lloyd_plan(op, n_clusters):
     """A :class:`_FusedLloyd` for ``op``, or None (NumPy kernels then run).
 
     The compiled iteration runs when numba is available and ``op`` is a NumPy
-    factorized matrix with dense sources (under centering/scaling layers).
+    factorized matrix (dense or CSR sources) under centering/scaling layers that
+    do not center a CSR source.
     """
     if not numba_available():
         return None
@@ -516,6 +521,11 @@ class _FusedLloyd:
     The M-step sums come from the same pass: the base columns' weighted sums per
     cluster and, per group, the weighted (source row, cluster) counts ``N_g``, so
     that ``T'^T A = (N_g^T S~_g ...  - W o_shared^T) diag(s)``.
+
+    A CSR source is never centered (the layout guarantees a zero offset on its
+    columns): its table ``P_g = S_g E_g^T`` and its sums ``N_g^T S_g`` are SciPy
+    sparse products, its padding row is zero, and a CSR base is read entry by
+    entry inside the kernels.
     """
 
     def __init__(self, layout, n_clusters):
@@ -532,7 +542,8 @@ class _FusedLloyd:
         self.has_out = bool(np.any(self.o_out != 0))
         groups = [(g.idx, g.S, g.cols) for g in layout.groups]
         base = layout.base
-        if base is not None and base.shape[1] > _INLINE_MAX_COLS:
+        max_inline = _INLINE_MAX_SPARSE_COLS if sp.issparse(base) else _INLINE_MAX_COLS
+        if base is not None and base.shape[1] > max_inline:
             groups.insert(0, (np.arange(n, dtype=np.int64), base, layout.base_cols))
             base = None
         if base is None:
@@ -546,9 +557,14 @@ class _FusedLloyd:
         total = 0
         for idx, S, cols in groups:
             r = S.shape[0]
-            St = np.empty((r + 1, S.shape[1]), dtype=dtype)
-            np.subtract(S, o_in[cols].astype(dtype), out=St[:r])
-            St[r] = -o_in[cols]
+            if sp.issparse(S):
+                # Uncentered (o_in is zero on its columns): the zero padding row
+                # of P is left as allocated.
+                St = S
+            else:
+                St = np.empty((r + 1, S.shape[1]), dtype=dtype)
+                np.subtract(S, o_in[cols].astype(dtype), out=St[:r])
+                St[r] = -o_in[cols]
             self.idxs.append(idx)
             self.tables.append(St)
             self.cols.append(cols)
@@ -583,7 +599,11 @@ class _FusedLloyd:
         C0 = np.ascontiguousarray(E[:, self.cols0].T)
         for St, cols, start in zip(self.tables, self.cols, self.offsets):
             stop = start + St.shape[0]
-            np.matmul(St, np.ascontiguousarray(E[:, cols].T), out=self.P[start:stop])
+            Ec = np.ascontiguousarray(E[:, cols].T)
+            if sp.issparse(St):
+                self.P[start:stop] = St @ Ec
+            else:
+                np.matmul(St, Ec, out=self.P[start:stop])
         return C0
 
     def step(self, centers, weights, *, update, labels_in=None, labels_out=None):
@@ -641,7 +661,10 @@ class _FusedLloyd:
         sums[:, self.cols0] = sums0
         for St, cols, start in zip(self.tables, self.cols, self.offsets):
             block = cnt[start : start + St.shape[0]]
-            sums[:, cols] += block.T @ St
+            if sp.issparse(St):
+                sums[:, cols] += (St.T @ block).T
+            else:
+                sums[:, cols] += block.T @ St
         if self.has_out:
             sums -= np.multiply.outer(wsum, self.o_out)
         if self.scale is not None:

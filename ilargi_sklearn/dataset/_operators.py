@@ -19,7 +19,7 @@ tests), after :meth:`Operator.to_namespace`. Each method branches once on the
 namespace: the second path uses only the array-API standard plus the backend's
 gather and scatter-add, and its results stay in the sources' namespace and device.
 Dense sources only there, except CuPy, whose ``cupyx.scipy.sparse`` sources are
-supported in the products (unverified without a GPU).
+supported in the products (checked on a GPU by ``benchmarks/gpu_check.py``).
 """
 
 from __future__ import annotations
@@ -1326,8 +1326,9 @@ class FusedGroup:
     ----------
     idx : ndarray of int64 of shape (n_rows,)
         Source row of each target row, -1 for no match (C-contiguous).
-    S : ndarray of shape (n_source_rows, n_group_cols)
-        The group's dense sources side by side (the source itself for one term).
+    S : ndarray or CSR matrix of shape (n_source_rows, n_group_cols)
+        The group's sources side by side (the source itself for one term); CSR
+        when one of them is sparse.
     cols : ndarray of int64 of shape (n_group_cols,)
         Target column of each column of ``S``.
     has_missing : bool
@@ -1335,9 +1336,13 @@ class FusedGroup:
     """
 
     idx: np.ndarray
-    S: np.ndarray
+    S: Any
     cols: np.ndarray
     has_missing: bool
+
+    @property
+    def is_sparse(self) -> bool:
+        return sp.issparse(self.S)
 
     @property
     def n_source_rows(self) -> int:
@@ -1346,18 +1351,20 @@ class FusedGroup:
 
 @dataclass(frozen=True)
 class FusedLayout:
-    """A NumPy operator with dense sources as the compiled row kernels read it.
+    """A NumPy factorized operator as the compiled row kernels read it.
 
     ``T' = (T - 1 offset^T) diag(scale)`` with ``T = X0 M0^T + sum_g I_g S_g M_g^T``:
-    an optional dense identity source ``base`` (read row by row by the kernels) and
-    row groups whose values are gathered through an index vector.
+    an optional identity source ``base`` (read row by row by the kernels) and
+    row groups whose values are gathered through an index vector. Sources are
+    dense or CSR; no offset applies to the columns of a CSR source (centering
+    would densify it).
 
     Attributes
     ----------
     shape : tuple of int
     dtype : dtype
-    base : ndarray of shape (n_rows, d0) or None
-        The dense identity source (C-contiguous).
+    base : ndarray or CSR matrix of shape (n_rows, d0), or None
+        The identity source (C-contiguous when dense).
     base_cols : ndarray of int64 of shape (d0,)
     groups : tuple of FusedGroup
     offset, scale : ndarray of shape (n_cols,) or None
@@ -1383,7 +1390,8 @@ class FusedLayout:
         """The layout of ``(self - 1 offset^T) diag(scale)`` (None if not expressible).
 
         ``((T - 1 o1^T) D1 - 1 o2^T) D2 = (T - 1 (o1 + o2 / d1)^T) D1 D2``, which
-        needs ``d1 != 0`` wherever ``o2 != 0``.
+        needs ``d1 != 0`` wherever ``o2 != 0``, and ``o1 + o2 / d1 = 0`` on the
+        columns of CSR sources.
         """
         o1 = self.offset
         s1 = self.scale
@@ -1397,6 +1405,8 @@ class FusedLayout:
                     return None
                 add = np.divide(off, s1, out=np.zeros_like(off), where=s1 != 0)
             o = add if o is None else o + add
+        if o is not None and np.any(o[self.sparse_cols()] != 0):
+            return None
         s = None
         if scale is not None and np.any(scale != 1):
             s = np.asarray(scale, dtype=np.float64)
@@ -1413,9 +1423,23 @@ class FusedLayout:
             self.coverage,
         )
 
+    def sparse_cols(self) -> np.ndarray:
+        """Target columns of the CSR sources (int64, possibly empty)."""
+        cols = [g.cols for g in self.groups if g.is_sparse]
+        if self.base is not None and sp.issparse(self.base):
+            cols.append(self.base_cols)
+        if not cols:
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate(cols)
+
+
+def _kernel_csr(S: Any) -> Any:
+    """``S`` as a CSR matrix (shares the arrays of a CSR ``S``; duplicates allowed)."""
+    return sp.csr_matrix(S)
+
 
 def _factorized_layout(fm: FactorizedMatrix) -> FusedLayout | None:
-    if fm._xp is not None or any(t.is_sparse for t in fm.terms):
+    if fm._xp is not None:
         return None
     n, m = fm.shape
     coverage = np.zeros(m, dtype=np.int64)
@@ -1426,14 +1450,16 @@ def _factorized_layout(fm: FactorizedMatrix) -> FusedLayout | None:
     groups = []
     for rows, terms in fm._row_groups():
         if rows.is_identity and base is None and len(terms) == 1:
-            base = np.ascontiguousarray(terms[0].S)
+            S = terms[0].S
+            base = _kernel_csr(S) if sp.issparse(S) else np.ascontiguousarray(S)
             base_cols = np.asarray(terms[0].cols, dtype=np.int64)
             continue
-        S = (
-            np.ascontiguousarray(terms[0].S)
-            if len(terms) == 1
-            else np.ascontiguousarray(np.hstack([t.S for t in terms]))
-        )
+        if any(t.is_sparse for t in terms):
+            S = _kernel_csr(sp.hstack([t.S for t in terms], format="csr"))
+        elif len(terms) == 1:
+            S = np.ascontiguousarray(terms[0].S)
+        else:
+            S = np.ascontiguousarray(np.hstack([t.S for t in terms]))
         cols = np.concatenate([np.asarray(t.cols, dtype=np.int64) for t in terms])
         idx = np.ascontiguousarray(rows.idx, dtype=np.int64)
         groups.append(FusedGroup(idx, S, cols, bool(rows.has_missing)))
@@ -1445,9 +1471,10 @@ def _factorized_layout(fm: FactorizedMatrix) -> FusedLayout | None:
 def fused_layout(op: Operator) -> FusedLayout | None:
     """The :class:`FusedLayout` of ``op``, or None when the fused kernels cannot run.
 
-    They run on a NumPy :class:`FactorizedMatrix` with dense sources, possibly under
-    :class:`AffineOperator` layers. The layout of a factorized matrix is cached on
-    it (product-heavy solvers ask for it at every product).
+    They run on a NumPy :class:`FactorizedMatrix` (dense or CSR sources), possibly
+    under :class:`AffineOperator` layers that do not center a CSR source. The
+    layout of a factorized matrix is cached on it (product-heavy solvers ask for it
+    at every product).
     """
     if isinstance(op, AffineOperator):
         inner = fused_layout(op.base)
