@@ -209,19 +209,31 @@ def build_factorized(
     order += [k for k in range(n_sources) if k not in order]
     rank = {k: r for r, k in enumerate(order)}
 
+    # Owners are listed for shared target columns only: a column that one source
+    # covers needs no ownership decision (Hamlet's 13,669 one-hot columns took 22
+    # ms through a per-column loop).
+    used = [np.asarray(cm[cm >= 0], dtype=np.int64) for cm in colmaps]
+    n_owners = np.bincount(np.concatenate(used), minlength=n_cols) if used else None
     owners: dict[int, list[int]] = defaultdict(list)
-    for k, cm in enumerate(colmaps):
-        for c in cm[cm >= 0]:
+    for k, cols in enumerate(used):
+        for c in cols[n_owners[cols] > 1]:
             owners[int(c)].append(k)
 
     n_rows = rowmaps[0].n_rows
     terms: list[Term] = []
     for k, (S, rm, cm) in enumerate(zip(sources, rowmaps, colmaps)):
         groups: dict[frozenset[int], list[int]] = defaultdict(list)
-        for j in np.flatnonzero(cm >= 0):
+        mapped = np.flatnonzero(cm >= 0)
+        shared = n_owners[cm[mapped]] > 1
+        if mapped.size:
+            groups[frozenset()] = mapped[~shared].tolist()
+        for j in mapped[shared]:
             c = int(cm[j])
             higher = frozenset(h for h in owners[c] if rank[h] < rank[k])
             groups[higher].append(int(j))
+        for key in groups:
+            groups[key].sort()
+        groups = {key: cols for key, cols in groups.items() if cols}
         for higher, src_cols in sorted(groups.items(), key=lambda kv: len(kv[0])):
             src_cols_arr = np.asarray(src_cols, dtype=np.int64)
             if src_cols_arr.shape[0] == S.shape[1] and np.all(
