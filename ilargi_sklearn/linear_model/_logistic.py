@@ -22,7 +22,6 @@ from ilargi_sklearn._backend._cuml import fit_cuml, use_cuml
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
     device_of,
-    get_namespace,
     is_numpy_namespace,
     numpy_dtype,
     to_numpy,
@@ -39,6 +38,7 @@ from ilargi_sklearn.utils._validation import (
     STRATEGIES,
     DeviceMixin,
     input_namespace,
+    on_operator_device,
     validate_X,
 )
 
@@ -74,14 +74,9 @@ def _encode_device_labels(y: Any, op: Any) -> tuple[np.ndarray, Any] | None:
     is not such an array (the caller encodes on the host). The checks are
     scikit-learn's: finite values, no continuous (non-integral float) labels.
     """
+    if not on_operator_device(y, op):
+        return None
     xp = op.xp
-    if not hasattr(y, "shape") or isinstance(y, np.ndarray):
-        return None
-    try:
-        if get_namespace(y) is not xp or device_of(y) != op.device:
-            return None
-    except TypeError:
-        return None
     if y.ndim != 1 or numpy_dtype(y.dtype).kind not in "biuf":
         return None
     if numpy_dtype(y.dtype).kind == "f":

@@ -120,6 +120,16 @@ def _validate_device_array(estimator: Any, X: Any, reset: bool) -> Operator:
     return MatrixOperator(X)
 
 
+def on_operator_device(a: Any, op: Operator) -> bool:
+    """Whether ``a`` is an array of ``op``'s non-NumPy namespace, on its device."""
+    if is_numpy_namespace(op.xp) or not hasattr(a, "shape") or _is_host(a):
+        return False
+    try:
+        return get_namespace(a) is op.xp and device_of(a) == op.device
+    except TypeError:
+        return False
+
+
 def device_regression_target(estimator: Any, y: Any, op: Operator) -> Any | None:
     """A regression target that already lives on ``op``'s device, validated there.
 
@@ -129,14 +139,9 @@ def device_regression_target(estimator: Any, y: Any, op: Operator) -> Any | None
     saves a round trip of the whole target over the bus (two copies of 80 MB for
     1e7 rows). The checks and messages are those of scikit-learn's ``_check_y``.
     """
+    if not on_operator_device(y, op):
+        return None
     xp = op.xp
-    if is_numpy_namespace(xp) or not hasattr(y, "shape") or _is_host(y):
-        return None
-    try:
-        if get_namespace(y) is not xp or device_of(y) != op.device:
-            return None
-    except TypeError:
-        return None
     name = type(estimator).__name__
     if y.ndim not in (1, 2):
         raise ValueError(
