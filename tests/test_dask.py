@@ -327,3 +327,11 @@ def test_row_chunks_are_co_located(client):
     assert holders(y) == expected
     mem = MultiSourceDataset.from_matrices([base, S], [None, idx])
     _close(op.rmatmul(op.matmul(np.ones(7)) - y), mem.T @ (mem @ np.ones(7) - y))
+
+
+def test_materialized_strategy_is_refused(pair):
+    from ilargi_sklearn.linear_model import FactorizedLinearRegression
+
+    _, dds = pair
+    with pytest.raises(NotImplementedError, match="strategy='materialized' is not"):
+        FactorizedLinearRegression(strategy="materialized").fit(dds, np.ones(len(dds)))

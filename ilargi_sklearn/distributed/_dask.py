@@ -831,8 +831,17 @@ class DaskFactorizedMatrix(Operator):
         )
 
     def materialized(self) -> MatrixOperator:
-        """A :class:`MatrixOperator` over the lazy joined Dask array."""
-        return MatrixOperator(self.materialize("dense"))
+        """Not supported: a materialized plan on a Dask-backed dataset.
+
+        Its fitted attributes would come back as Dask arrays, and the joined
+        matrix is what the cluster is there to avoid; ``materialize()`` builds the
+        lazy joined array for those who want it.
+        """
+        raise NotImplementedError(
+            "strategy='materialized' is not supported on a Dask-backed dataset: "
+            "fit with strategy='factorized' (the default), or build the joined "
+            "Dask array yourself with ds.materialize()."
+        )
 
     def to_in_memory(self) -> FactorizedMatrix:
         """The same normalized matrix as an in-memory :class:`FactorizedMatrix`.
