@@ -428,6 +428,23 @@ def _labels_inertia(
     )
 
 
+def _lloyd_stop(i, labels, labels_old, center_shift_tot, tol):
+    """scikit-learn's stopping rule: "strict" (labels unchanged), "tol" (the
+    centers moved at most ``tol``), or "" (go on)."""
+    if labels_old is not None and np.array_equal(labels, labels_old):
+        logger.debug("Converged at iteration %d: strict convergence.", i)
+        return "strict"
+    if center_shift_tot <= tol:
+        logger.debug(
+            "Converged at iteration %d: center shift %g within tolerance %g.",
+            i,
+            center_shift_tot,
+            tol,
+        )
+        return "tol"
+    return ""
+
+
 def _kmeans_single_lloyd(
     op, sample_weight, centers_init, x_squared_norms, max_iter, tol
 ):
@@ -452,18 +469,9 @@ def _kmeans_single_lloyd(
             op, sample_weight, centers, x_squared_norms
         )
         centers = centers_new
-        if np.array_equal(labels, labels_old):
-            logger.debug("Converged at iteration %d: strict convergence.", i)
-            strict_convergence = True
-            break
-        center_shift_tot = float((center_shift**2).sum())
-        if center_shift_tot <= tol:
-            logger.debug(
-                "Converged at iteration %d: center shift %g within tolerance %g.",
-                i,
-                center_shift_tot,
-                tol,
-            )
+        stop = _lloyd_stop(i, labels, labels_old, float((center_shift**2).sum()), tol)
+        if stop:
+            strict_convergence = stop == "strict"
             break
         labels_old = labels
 
@@ -710,17 +718,9 @@ def _kmeans_single_lloyd_fused(
         _average_centers(centers_new, weight_in_clusters)
         center_shift_tot = float(((centers_new - centers) ** 2).sum())
         centers = centers_new
-        if labels_old is not None and np.array_equal(labels, labels_old):
-            logger.debug("Converged at iteration %d: strict convergence.", i)
-            strict_convergence = True
-            break
-        if center_shift_tot <= tol:
-            logger.debug(
-                "Converged at iteration %d: center shift %g within tolerance %g.",
-                i,
-                center_shift_tot,
-                tol,
-            )
+        stop = _lloyd_stop(i, labels, labels_old, center_shift_tot, tol)
+        if stop:
+            strict_convergence = stop == "strict"
             break
         labels_old = labels
     if strict_convergence:
