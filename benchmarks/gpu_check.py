@@ -32,9 +32,12 @@ device command, with ``carry=[".whl"]`` and ``timeout_s=420``::
 
 Results go to ``$OUT`` when that variable is set (else ``benchmarks/results/
 gpu_check/``): ``gpu_check.jsonl`` (one JSON line per check or timing, written as
-it goes, so a killed run keeps what it measured), ``gpu_check_pytest.log`` and
-``gpu_check_table.txt``. Four files at most, well inside what a device run brings
-back.
+it goes, so a killed run keeps what it measured), ``gpu_check_pytest.log``,
+``gpu_check_table.txt`` and ``gpu_records.jsonl``: every timed fit of the four
+planned estimators as a cost-model training record (``ilargi_sklearn.planner.
+read_records`` / ``train_cost_model`` take it beside the calibration records, so
+that GPU plans are learned instead of predicted by the roofline alone). Five files
+at most, well inside what a device run brings back.
 
 What it does, in order, each case isolated (an error is recorded and the run goes
 on) and the whole run held to ``--budget`` seconds (default 250: under the
@@ -785,8 +788,63 @@ def _deviation(bk: Backend, got: Any, want: Any) -> float:
     return float(np.max(np.abs(g - w))) / scale if w.size else 0.0
 
 
+#: Timing records in the planner's format (``ilargi_sklearn.planner.read_records``).
+TRAINING_RECORDS_FILE = "gpu_records.jsonl"
+
+
+def _training_record(
+    est: Any,
+    X_cpu: Any,
+    y: Any,
+    plan: str,
+    device: str,
+    seconds: float,
+    n_rows: int,
+    hardware: dict[str, Any],
+) -> dict[str, Any] | None:
+    """One fit's timing as a cost-model training record (None for estimators the
+    planner does not plan): features from the CPU copy of the same data, the GPU's
+    measured rates in the hardware part."""
+    from ilargi_sklearn.planner._calibrate import RECORD_VERSION, _n_iter
+    from ilargi_sklearn.planner._features import estimator_kind, plan_features
+    from ilargi_sklearn.planner._hardware import machine_id
+
+    kind = estimator_kind(est)
+    if kind not in ("linear", "logistic", "kmeans", "gnmf"):
+        return None
+    features = plan_features(X_cpu, est, y, hardware=hardware)
+    params = {k: v for k, v in est.get_params().items() if k in _PLANNED_PARAMS}
+    workload = json.dumps(
+        {"check": "gpu_check", "estimator": kind, "n_rows": n_rows, "params": params},
+        sort_keys=True,
+    )
+    return {
+        "version": RECORD_VERSION,
+        "workload": workload,
+        "group": "gpu_check",
+        "estimator": kind,
+        "params": params,
+        "machine": machine_id(),
+        "n_iter": _n_iter(est),
+        "features": features,
+        "time": time.time(),
+        "plan": f"{plan}-{device}",
+        "cached": False,
+        "seconds": seconds,
+    }
+
+
+#: Estimator parameters recorded with a training record.
+_PLANNED_PARAMS = ("n_clusters", "n_components", "max_iter", "solver", "C", "tol")
+
+
 def run_timings(
-    rec: Recorder, budget: Budget, bk: Backend, rows: list[int], repeats: int
+    rec: Recorder,
+    budget: Budget,
+    bk: Backend,
+    rows: list[int],
+    repeats: int,
+    train_path: Path | None = None,
 ) -> None:
     """Phase 4: each operator and estimator, factorized and materialized, GPU then
     CPU; the CPU record carries the GPU result's deviation from the CPU one."""
@@ -794,6 +852,16 @@ def run_timings(
 
     def no_sync() -> None:
         return None
+
+    hw_cache: dict[str, Any] = {}
+
+    def hardware() -> dict[str, Any]:
+        # Measured once (and cached per machine by the planner).
+        if not hw_cache:
+            from ilargi_sklearn.planner._hardware import hardware_info
+
+            hw_cache.update(hardware_info())
+        return hw_cache
 
     # Seconds and rows of each case at the previous size: a case is skipped when
     # its time scaled linearly to this size would not fit in the budget left.
@@ -909,6 +977,12 @@ def run_timings(
                         device: str = device,
                         attr: str = _FITTED[name],
                         fitted: dict = fitted,
+                        X_cpu: Any = data[
+                            ("nonneg_" if name == "gnmf" else "") + "cpu"
+                        ],
+                        y_cpu: Any = targets[target],
+                        plan: str = plan,
+                        n: int = n,
                     ) -> dict[str, Any]:
                         est = make(**kw)
                         out = {
@@ -916,6 +990,20 @@ def run_timings(
                                 lambda: est.fit(X_fit, yt), sync, 1
                             )
                         }
+                        if train_path is not None:
+                            record = _training_record(
+                                est,
+                                X_cpu,
+                                y_cpu,
+                                plan,
+                                device,
+                                out["seconds_median"],
+                                n,
+                                hardware(),
+                            )
+                            if record is not None:
+                                with train_path.open("a") as fh:
+                                    fh.write(json.dumps(record) + "\n")
                         fitted[device] = getattr(est, attr)
                         if device == "cpu" and "gpu" in fitted:
                             out["gpu_deviation"] = _deviation(
@@ -1075,7 +1163,9 @@ def _phases(
         run_pytest(rec, budget, out_dir, args.pytest_timeout)
         print(f"pytest done ({budget.elapsed():.0f} s)", flush=True)
     if bk is not None:
-        run_timings(rec, budget, bk, rows, args.repeats)
+        run_timings(
+            rec, budget, bk, rows, args.repeats, out_dir / TRAINING_RECORDS_FILE
+        )
 
 
 def _main(args: argparse.Namespace) -> int:

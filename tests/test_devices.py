@@ -258,6 +258,18 @@ def test_gpu_check_dry_run_runs_every_phase(tmp_path, capsys):
     table = (tmp_path / "gpu_check_table.txt").read_text().rstrip()
     assert out.rstrip().endswith(table)
     assert "materialized" in table.splitlines()[-1]
+    # Every timed fit of a planned estimator is also a cost-model training record.
+    from ilargi_sklearn.planner import read_records
+    from ilargi_sklearn.planner._cost_model import training_table
+
+    train = read_records(tmp_path / gpu_check.TRAINING_RECORDS_FILE)
+    assert {r["estimator"] for r in train} == {"linear", "logistic", "kmeans", "gnmf"}
+    assert {r["plan"] for r in train} == {
+        f"{p}-{d}" for p in ("factorized", "materialized") for d in ("cpu", "gpu")
+    }
+    assert all(r["features"]["n_rows"] == 300 and r["seconds"] > 0 for r in train)
+    _, X, y = training_table(train)
+    assert X.shape[0] == len(train) and np.isfinite(y).all()
 
 
 def test_gpu_check_records_failures_and_budget(tmp_path, monkeypatch):
