@@ -467,3 +467,36 @@ def test_without_numba_the_numpy_path_runs():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert out.stdout.split() == ["False", "3"]
+
+
+def test_compile_failure_falls_back_to_numpy(monkeypatch, caplog):
+    # numba installed but unable to compile: one warning, the kernels are
+    # disabled for the process, and the fit is the NumPy path's.
+    monkeypatch.delenv(_compiled.NO_NUMBA_ENV, raising=False)
+    ds = random_dataset(3, scenario="star", n_rows=300)
+    kw = dict(n_clusters=4, n_init=2, random_state=0)
+    with monkeypatch.context() as m:
+        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        ref = FactorizedKMeans(**kw).fit(ds)
+
+    def broken(*args):
+        raise numba.core.errors.TypingError("planted compile failure")
+
+    monkeypatch.setitem(_compiled._state, "numba", _compiled._import_numba())
+    monkeypatch.setattr(_compiled, "_kernel", lambda name: (broken, broken))
+    with caplog.at_level("WARNING", logger=_compiled.__name__):
+        est = FactorizedKMeans(**kw).fit(ds)
+    assert "could not compile" in caplog.text
+    assert not _compiled.numba_available()
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    np.testing.assert_allclose(est.cluster_centers_, ref.cluster_centers_, rtol=1e-12)
+    np.testing.assert_array_equal(est.predict(ds), ref.predict(ds))
+    # Errors that are not compile failures still surface.
+    monkeypatch.setitem(_compiled._state, "numba", numba)
+
+    def failing(*args):
+        raise ValueError("not a compile failure")
+
+    monkeypatch.setattr(_compiled, "_kernel", lambda name: (failing, failing))
+    with pytest.raises(ValueError, match="not a compile failure"):
+        FactorizedKMeans(**kw).fit(ds)

@@ -49,6 +49,7 @@ import numpy as np
 import scipy.sparse as sp
 
 __all__ = [
+    "CompiledUnavailable",
     "fused_accumulate",
     "fused_assign",
     "fused_partial_at",
@@ -481,14 +482,39 @@ def _base_arrays(X0: Any, o0: np.ndarray) -> tuple:
     return np.empty((n, 0), dtype=X0.dtype), X0.indptr, X0.indices, X0.data
 
 
+class CompiledUnavailable(RuntimeError):
+    """A kernel failed to compile here: the compiled kernels are now disabled.
+
+    Callers catch it and run their NumPy code instead (the results are the same).
+    """
+
+
 def _launch(name: str, n_chunks: int, args: tuple, chunk_args: tuple) -> None:
-    """Run kernel ``name``: serially for one chunk, else on ``n_chunks`` threads."""
+    """Run kernel ``name``: serially for one chunk, else on ``n_chunks`` threads.
+
+    A compilation failure (numba installed but unable to compile on this platform)
+    disables the compiled kernels for the process, with one warning, and raises
+    :class:`CompiledUnavailable`.
+    """
     chunk, rows = _kernel(name)
-    if n_chunks == 1:
-        chunk(*chunk_args)
-        return
-    with _launch_lock:
-        rows(*args)
+    try:
+        if n_chunks == 1:
+            chunk(*chunk_args)
+            return
+        with _launch_lock:
+            rows(*args)
+    except Exception as exc:
+        numba = _state["numba"]
+        if not numba or not isinstance(exc, numba.core.errors.NumbaError):
+            raise
+        _state["numba"] = False
+        logger.warning(
+            "numba could not compile the %r kernel (%s); the NumPy kernels are "
+            "used from now on.",
+            name,
+            exc,
+        )
+        raise CompiledUnavailable(str(exc)) from exc
 
 
 # ------------------------------------------------------------------ public kernels

@@ -42,6 +42,7 @@ from sklearn.utils.extmath import row_norms
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
 from ilargi_sklearn._backend._compiled import (
+    CompiledUnavailable,
     fused_accumulate,
     fused_assign,
     fused_partial_at,
@@ -406,9 +407,13 @@ def _labels_inertia(
     fused = _fused_lloyd_plan(op, centers.shape[0])
     if fused is not None:
         # The compiled E-step: no n x n_clusters array.
-        labels, best, _, _ = fused.step(
-            np.asarray(centers, dtype=fused.dtype), None, update=False
-        )
+        try:
+            labels, best, _, _ = fused.step(
+                np.asarray(centers, dtype=fused.dtype), None, update=False
+            )
+        except CompiledUnavailable:
+            fused = None
+    if fused is not None:
         if not return_inertia:
             return labels
         if x_squared_norms is None:
@@ -1161,16 +1166,19 @@ class FactorizedKMeans(
                 fit_op, x_squared_norms, init, random_state, sample_weight
             )
             if fused is not None:
-                labels, inertia, centers, n_iter = _kmeans_single_lloyd_fused(
-                    fused,
-                    fit_op,
-                    sample_weight,
-                    centers_init,
-                    x_squared_norms,
-                    self.max_iter,
-                    tol,
-                )
-            else:
+                try:
+                    labels, inertia, centers, n_iter = _kmeans_single_lloyd_fused(
+                        fused,
+                        fit_op,
+                        sample_weight,
+                        centers_init,
+                        x_squared_norms,
+                        self.max_iter,
+                        tol,
+                    )
+                except CompiledUnavailable:
+                    fused = None  # the same run on the NumPy kernels, below
+            if fused is None:
                 labels, inertia, centers, n_iter = _kmeans_single_lloyd(
                     fit_op,
                     sample_weight,
