@@ -438,6 +438,13 @@ _SOURCES = {
 }
 
 
+def register(name: str, chunk: Any, rows: Any) -> None:
+    """Add a kernel defined in another module: its serial chunk body and the
+    parallel ``rows`` body that calls ``<chunk name>_jit`` over ``prange`` chunks
+    (that global is set in the defining module when the kernel compiles)."""
+    _SOURCES[name] = (chunk, rows)
+
+
 def _kernel(name: str) -> tuple[Any, Any]:
     """``(serial chunk kernel, parallel kernel)`` of ``name``, jitted on first use."""
     kernels = _state["kernels"]
@@ -447,8 +454,10 @@ def _kernel(name: str) -> tuple[Any, Any]:
         chunk, rows = _SOURCES[name]
         # Contracting a * b + c into one FMA (as BLAS does): 15% faster E-step.
         chunk_jit = numba.njit(cache=True, nogil=True, fastmath={"contract"})(chunk)
-        # The parallel kernel resolves the chunk kernel as a global when it compiles.
-        globals()[chunk.__name__ + "_jit"] = chunk_jit
+        # The parallel kernel resolves the chunk kernel as a global of its own
+        # module when it compiles.
+        rows.__globals__[chunk.__name__ + "_jit"] = chunk_jit
+        rows.__globals__["prange"] = numba.prange
         rows_jit = numba.njit(cache=True, parallel=True, nogil=True)(rows)
         fns = kernels[name] = (chunk_jit, rows_jit)
     return fns

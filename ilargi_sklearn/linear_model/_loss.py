@@ -27,8 +27,10 @@ output ``k`` followed by its intercept.
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.special import expit, logsumexp
 
+from ilargi_sklearn._backend._compiled import CompiledUnavailable, numba_available
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
     is_numpy_namespace,
@@ -36,6 +38,12 @@ from ilargi_sklearn._backend._namespace import (
     to_numpy,
 )
 from ilargi_sklearn._backend._ops import xp_column_sums
+from ilargi_sklearn.dataset._operators import (
+    AffineOperator,
+    FusedLayout,
+    MatrixOperator,
+    fused_layout,
+)
 
 __all__ = [
     "LOSSES",
@@ -142,6 +150,15 @@ def _loss_and_grad(
         Its gradient. The coefficient part is
         ``T^T (s * dloss/draw) / s_sum + l2_reg_strength * W``: one ``rmatmul``.
     """
+    if loss == "binomial" and numba_available():
+        fused = _fused_binomial_plan(op)
+        if fused is not None:
+            try:
+                return fused.loss_and_grad(
+                    w, y, sample_weight, sw_sum, l2_reg_strength, fit_intercept
+                )
+            except CompiledUnavailable:
+                pass  # numba cannot compile here: the NumPy code below runs
     if not is_numpy_namespace(op.xp):
         return _loss_and_grad_xp(
             w,
@@ -177,6 +194,125 @@ def _loss_and_grad(
     if fit_intercept:
         g_intercept[:] = grad_raw.sum(axis=0)
     return value, grad
+
+
+# ------------------------------------------------ the compiled binomial objective
+def _glm_layout(op):
+    """A :class:`FusedLayout` of a NumPy operator for the compiled pass, or None.
+
+    Factorized matrices (:func:`fused_layout`) and plain dense or CSR matrices (a
+    layout with the matrix as its identity source and no row groups), under
+    scaling/centering layers.
+    """
+    if isinstance(op, AffineOperator):
+        if op._xp is not None:
+            return None
+        inner = _glm_layout(op.base)
+        return None if inner is None else inner.with_affine(op.scale, op.offset)
+    if isinstance(op, MatrixOperator):
+        A = op.A
+        if op._xp is not None or not (
+            isinstance(A, np.ndarray) or (sp.issparse(A) and A.format == "csr")
+        ):
+            return None
+        m = A.shape[1]
+        return FusedLayout(
+            A.shape,
+            np.dtype(op.dtype),
+            A,
+            np.arange(m, dtype=np.int64),
+            (),
+            None,
+            None,
+            np.ones(m, dtype=np.int64),
+        )
+    return fused_layout(op)
+
+
+def _fused_binomial_plan(op):
+    """A :class:`_FusedBinomial` for ``op``, or None (the NumPy code then runs)."""
+    layout = _glm_layout(op)
+    return None if layout is None else _FusedBinomial(layout)
+
+
+class _FusedBinomial:
+    """The binary logistic objective of one operator in one compiled pass.
+
+    With ``T' = (T - 1 o^T) diag(s)`` and coefficients ``c`` in the coordinates
+    of ``T'``, the predictor is ``T' c + b = T e + (b - o . e)`` with ``e = s * c``,
+    and ``T = X0 M0^T + sum_g I_g S_g M_g^T`` is read as the identity source's rows
+    plus, per row group, one entry of the table ``S_g e_g`` (see
+    :func:`~ilargi_sklearn._backend._compiled_glm.fused_binomial`). The gradient
+    ``T'^T g = s * (T^T g - o sum(g))`` is assembled from the pass's sums:
+    ``X0^T g`` and, per row group, ``S_g^T`` times the sums per source row.
+    Unmatched rows (index -1) have zeros in ``T``: they add nothing.
+    """
+
+    def __init__(self, layout):
+        n, m = layout.shape
+        self.n_cols = m
+        self.offset = (
+            None if layout.offset is None else np.asarray(layout.offset, float)
+        )
+        self.scale = None if layout.scale is None else np.asarray(layout.scale, float)
+        self.base, self.cols0 = layout.base, layout.base_cols
+        self.groups = [(g.idx, g.S, g.cols) for g in layout.groups]
+        sizes = [S.shape[0] for _, S, _ in self.groups]
+        self.offsets = np.cumsum([0] + sizes[:-1]).astype(np.int64)
+        self.total = int(sum(sizes))
+
+    def loss_and_grad(
+        self, w, y, sample_weight, sw_sum, l2_reg_strength, fit_intercept
+    ):
+        """:func:`_loss_and_grad` for ``loss="binomial"`` (one output)."""
+        from ilargi_sklearn._backend._compiled_glm import fused_binomial
+
+        m = self.n_cols
+        coef, intercept = _split_coef(w, m, 1, fit_intercept)
+        c = coef[0]
+        e = c if self.scale is None else c * self.scale
+        bias = float(intercept[0]) if fit_intercept else 0.0
+        if self.offset is not None:
+            bias -= float(self.offset @ e)
+        P = np.empty(self.total)
+        for (_, S, cols), start in zip(self.groups, self.offsets):
+            P[start : start + S.shape[0]] = S @ e[cols]
+        X0 = self.base
+        z0 = None
+        if X0 is not None:
+            # In the source's dtype: a float32 source is not copied to float64.
+            z0 = np.asarray(X0 @ e[self.cols0].astype(X0.dtype), dtype=np.float64)
+        lsum, gsum, g, bins = fused_binomial(
+            z0,
+            [idx for idx, _, _ in self.groups],
+            P,
+            self.offsets,
+            np.ascontiguousarray(y, dtype=np.float64),
+            None
+            if sample_weight is None
+            else np.ascontiguousarray(sample_weight, dtype=np.float64),
+            bias,
+        )
+        g_t = np.zeros(m)
+        if X0 is not None:
+            g_t[self.cols0] += X0.T @ g.astype(X0.dtype, copy=False)
+        for (_, S, cols), start in zip(self.groups, self.offsets):
+            # Columns may repeat across the terms of one group: add.at sums them.
+            np.add.at(g_t, cols, S.T @ bins[start : start + S.shape[0]])
+        if self.offset is not None:
+            g_t -= self.offset * gsum
+        if self.scale is not None:
+            g_t *= self.scale
+        value = lsum / sw_sum
+        grad = np.empty_like(w, dtype=np.float64)
+        g_coef, g_intercept = _split_coef(grad, m, 1, fit_intercept)
+        g_coef[0] = g_t / sw_sum
+        if l2_reg_strength > 0:
+            value += 0.5 * l2_reg_strength * float(np.sum(coef * coef))
+            g_coef += l2_reg_strength * coef
+        if fit_intercept:
+            g_intercept[:] = gsum / sw_sum
+        return value, grad
 
 
 def _sigmoid_xp(xp, z):

@@ -1,0 +1,187 @@
+"""The compiled binomial objective: equal to the NumPy path and to scikit-learn."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.special import expit
+from sklearn.linear_model import LogisticRegression
+
+from ilargi_sklearn._backend import _compiled, _compiled_glm
+from ilargi_sklearn.dataset import AffineOperator, MatrixOperator
+from ilargi_sklearn.linear_model import FactorizedLogisticRegression, _loss
+from ilargi_sklearn.linear_model._loss import _fused_binomial_plan, _loss_and_grad
+from ilargi_sklearn.preprocessing import FactorizedStandardScaler
+from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
+
+numba = pytest.importorskip("numba")
+
+
+@pytest.fixture(autouse=True)
+def compiled_enabled(monkeypatch):
+    monkeypatch.delenv(_compiled.NO_NUMBA_ENV, raising=False)
+
+
+@pytest.fixture
+def spy_plan(monkeypatch):
+    """Count the objective evaluations that ran compiled."""
+    calls = []
+    original = _loss._FusedBinomial.loss_and_grad
+
+    def spy(self, *args):
+        calls.append(1)
+        return original(self, *args)
+
+    monkeypatch.setattr(_loss._FusedBinomial, "loss_and_grad", spy)
+    return calls
+
+
+def _operators(ds):
+    ops = {"factorized": ds.operator, "materialized": ds.operator.materialized()}
+    scaled = FactorizedStandardScaler(with_mean=not ds.operator.is_sparse).fit_transform(ds)
+    ops["scaled"] = scaled.operator
+    return ops
+
+
+def _numpy_objective(monkeypatch, *args):
+    with monkeypatch.context() as m:
+        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        return _loss_and_grad(*args)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_objective_equals_numpy(scenario, weighted, monkeypatch, spy_plan):
+    rng = np.random.default_rng(1)
+    ds = random_dataset(2, n_rows=250, scenario=scenario)
+    for name, op in _operators(ds).items():
+        n, m = op.shape
+        y = (rng.random(n) < 0.4).astype(float)
+        sw = rng.random(n) + 0.5 if weighted else None
+        sw_sum = float(n if sw is None else sw.sum())
+        for scale in (0.1, 3.0):  # moderate and saturated predictors
+            w = rng.standard_normal(m + 1) * scale
+            args = (w, op, y, sw, sw_sum, 0.3, True, 1, "binomial")
+            before = len(spy_plan)
+            value, grad = _loss_and_grad(*args)
+            assert len(spy_plan) == before + 1, name
+            ref_value, ref_grad = _numpy_objective(monkeypatch, *args)
+            tol = 1e-5 if op.dtype == np.float32 else 1e-11
+            np.testing.assert_allclose(value, ref_value, rtol=tol, err_msg=name)
+            np.testing.assert_allclose(
+                grad, ref_grad, rtol=tol, atol=tol * np.abs(ref_grad).max(), err_msg=name
+            )
+
+
+def test_objective_without_intercept_and_penalty(monkeypatch):
+    ds = random_dataset(4, n_rows=200, scenario="snowflake")
+    rng = np.random.default_rng(0)
+    y = (rng.random(200) < 0.5).astype(float)
+    w = rng.standard_normal(ds.shape[1])
+    args = (w, ds.operator, y, None, 200.0, 0.0, False, 1, "binomial")
+    value, grad = _loss_and_grad(*args)
+    ref_value, ref_grad = _numpy_objective(monkeypatch, *args)
+    np.testing.assert_allclose(value, ref_value, rtol=1e-12)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-11, atol=1e-14)
+
+
+def test_loss_is_accurate_for_extreme_predictors():
+    # Far in the tails log(1 + exp(z)) is exp(z) (z << 0) or z (z >> 0): the
+    # kernel keeps full relative accuracy there.
+    z = np.array([-745.0, -700.0, -40.0, -1e-9, 0.0, 1e-9, 40.0, 700.0])
+    y = np.zeros_like(z)
+    lsum, gsum, g, _ = _compiled_glm.fused_binomial(
+        z, [], np.zeros(0), np.zeros(0, dtype=np.int64), y, None, 0.0
+    )
+    expected = np.logaddexp(0.0, z)
+    np.testing.assert_allclose(lsum, expected.sum(), rtol=1e-15)
+    lone, _, _, _ = _compiled_glm.fused_binomial(
+        z[:1], [], np.zeros(0), np.zeros(0, dtype=np.int64), y[:1], None, 0.0
+    )
+    np.testing.assert_allclose(lone, np.exp(-745.0), rtol=1e-12)
+    np.testing.assert_allclose(g, expit(z), rtol=1e-15, atol=1e-300)
+    np.testing.assert_allclose(gsum, g.sum(), rtol=1e-15)
+
+
+def test_unmatched_rows_and_bins():
+    idx = np.array([0, -1, 2, 0, -1], dtype=np.int64)
+    P = np.array([0.5, -1.0, 2.0])
+    y = np.array([1.0, 0.0, 1.0, 0.0, 1.0])
+    sw = np.array([1.0, 2.0, 0.5, 1.0, 3.0])
+    _, gsum, g, bins = _compiled_glm.fused_binomial(
+        None, [idx], P, np.zeros(1, dtype=np.int64), y, sw, 0.25
+    )
+    z = 0.25 + np.where(idx >= 0, P[np.maximum(idx, 0)], 0.0)
+    np.testing.assert_allclose(g, sw * (1 / (1 + np.exp(-z)) - y), rtol=1e-15)
+    np.testing.assert_allclose(bins, [g[0] + g[3], 0.0, g[2]], rtol=1e-15)
+    np.testing.assert_allclose(gsum, g.sum(), rtol=1e-15)
+
+
+def test_two_chunks_equal_one_chunk(monkeypatch):
+    ds = random_dataset(5, n_rows=40_000, scenario="many_to_many")
+    rng = np.random.default_rng(0)
+    y = (rng.random(ds.shape[0]) < 0.5).astype(float)
+    w = rng.standard_normal(ds.shape[1] + 1)
+    args = (w, ds.operator, y, None, float(ds.shape[0]), 1.0, True, 1, "binomial")
+    monkeypatch.setattr(_compiled, "n_threads", lambda: 1)
+    one = _loss_and_grad(*args)
+    monkeypatch.setattr(_compiled, "n_threads", lambda: 2)
+    assert _compiled._chunks(ds.shape[0], 16384) == 2
+    two = _loss_and_grad(*args)
+    np.testing.assert_allclose(two[0], one[0], rtol=1e-12)
+    np.testing.assert_allclose(two[1], one[1], rtol=1e-10, atol=1e-14)
+
+
+def test_plan_covers_numpy_operators_only():
+    ds = random_dataset(0, n_rows=50, scenario="sparse")
+    assert _fused_binomial_plan(ds.operator) is not None
+    A = ds.materialize("dense")
+    assert _fused_binomial_plan(MatrixOperator(np.asarray(A))) is not None
+    assert _fused_binomial_plan(MatrixOperator(sp.csr_matrix(A))) is not None
+    # Centering a CSR source is left to the NumPy path.
+    m = ds.shape[1]
+    centered = AffineOperator(ds.operator, scale=np.ones(m), offset=np.ones(m))
+    assert _fused_binomial_plan(centered) is None
+
+
+@pytest.mark.parametrize("scenario", ["star", "left", "sparse", "float32", "overlap"])
+def test_fit_equals_numpy_and_sklearn(scenario, monkeypatch, spy_plan):
+    ds = random_dataset(6, n_rows=400, scenario=scenario)
+    rng = np.random.default_rng(2)
+    A = ds.materialize("dense")
+    A = A.toarray() if sp.issparse(A) else np.asarray(A)
+    y = (A @ rng.standard_normal(A.shape[1]) + rng.standard_normal(400) > 0).astype(int)
+    kw = dict(C=0.5, tol=1e-10, max_iter=500)
+    est = FactorizedLogisticRegression(**kw).fit(ds, y)
+    assert spy_plan
+    with monkeypatch.context() as m:
+        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        ref = FactorizedLogisticRegression(**kw).fit(ds, y)
+    sk = LogisticRegression(**kw).fit(A.astype(np.float64), y)
+    # float32 data: the two paths round the products differently (the compiled
+    # one accumulates in float64), both within float32 accuracy of the optimum.
+    rtol = 1e-4 if ds.dtype == np.float64 else 2e-3
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=rtol, atol=1e-6)
+    np.testing.assert_allclose(est.coef_, sk.coef_, rtol=rtol, atol=1e-5)
+    np.testing.assert_allclose(est.intercept_, sk.intercept_, rtol=rtol, atol=1e-5)
+    np.testing.assert_allclose(
+        est.predict_proba(ds), sk.predict_proba(A), rtol=rtol, atol=1e-6
+    )
+
+
+def test_compile_failure_falls_back_to_numpy(monkeypatch, caplog):
+    ds = random_dataset(3, scenario="star", n_rows=300)
+    y = np.arange(300) % 2
+    with monkeypatch.context() as m:
+        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        ref = FactorizedLogisticRegression().fit(ds, y)
+
+    def broken(*args):
+        raise numba.core.errors.TypingError("planted compile failure")
+
+    monkeypatch.setitem(_compiled._state, "numba", _compiled._import_numba())
+    monkeypatch.setattr(_compiled, "_kernel", lambda name: (broken, broken))
+    with caplog.at_level("WARNING", logger=_compiled.__name__):
+        est = FactorizedLogisticRegression().fit(ds, y)
+    assert "could not compile" in caplog.text
+    assert not _compiled.numba_available()
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-10)
