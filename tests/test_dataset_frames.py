@@ -602,3 +602,24 @@ def test_a_string_names_one_column(shop):
     )
     assert list(ds.feature_names) == ["base__amount", "cust__age"]
     np.testing.assert_allclose(ds.materialize()[:, 0], orders["amount"])
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        [-3, 0, 5, 2],  # small range: integer keys are their own codes
+        [10**12, -(10**12), 7, 2**40],  # wide range: hashed
+        np.array([3, 9, 0, 2**63 + 5], dtype=np.uint64),  # unsigned, wide
+    ],
+    ids=["small-range", "wide-range", "uint64"],
+)
+def test_integer_keys_of_any_range(keys, check_operators):
+    keys = np.asarray(keys)
+    dim = pd.DataFrame({"k": keys, "b": [1.0, 2.0, 3.0, 4.0]})
+    fact = pd.DataFrame(
+        {"k": keys[[3, 0, 0, 2, 1, 3]].astype(keys.dtype), "a": np.arange(6.0)}
+    )
+    fact.loc[5, "k"] = keys[0] + 1 if keys[0] + 1 not in keys else keys[0] + 2
+    ds = from_frames(fact, ["a"], [Join(dim, on="k", features=["b"])])
+    expected = fact.merge(dim, on="k", how="left").fillna(0.0)[["a", "b"]]
+    np.testing.assert_allclose(check_operators(ds), expected.to_numpy())
