@@ -612,3 +612,38 @@ def test_encode_labels_equals_label_encoder(y):
     np.testing.assert_array_equal(classes, enc.classes_)
     assert classes.dtype == enc.classes_.dtype
     np.testing.assert_array_equal(codes, enc.transform(y))
+
+
+@pytest.mark.parametrize(
+    "case, refines",
+    [
+        ("well-conditioned", False),
+        ("large column means", True),
+        ("nearly collinear", True),
+        ("large target mean", True),
+    ],
+)
+def test_refinement_runs_only_where_it_can_matter(case, refines, monkeypatch):
+    # The first solve's error bound decides: refinement steps (one matmul and one
+    # rmatmul each) are skipped only where they cannot change the result.
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2000, 5))
+    if case == "large column means":
+        X += 1e5
+    if case == "nearly collinear":
+        X[:, 4] = X[:, 3] + 1e-6 * rng.standard_normal(2000)
+    y = X @ np.arange(1.0, 6.0) + rng.standard_normal(2000)
+    if case == "large target mean":
+        y += 1e7
+    calls = []
+    predict = linear_module._predict64_numpy
+    monkeypatch.setattr(
+        linear_module,
+        "_predict64_numpy",
+        lambda op, coef: calls.append(1) or predict(op, coef),
+    )
+    est = FactorizedLinearRegression().fit(X, y)
+    assert bool(calls) == refines
+    ref = LinearRegression().fit(X, y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-9)
+    np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-9)
