@@ -37,7 +37,9 @@ def spy_plan(monkeypatch):
 
 def _operators(ds):
     ops = {"factorized": ds.operator, "materialized": ds.operator.materialized()}
-    scaled = FactorizedStandardScaler(with_mean=not ds.operator.is_sparse).fit_transform(ds)
+    scaled = FactorizedStandardScaler(
+        with_mean=not ds.operator.is_sparse
+    ).fit_transform(ds)
     ops["scaled"] = scaled.operator
     return ops
 
@@ -68,7 +70,11 @@ def test_objective_equals_numpy(scenario, weighted, monkeypatch, spy_plan):
             tol = 1e-5 if op.dtype == np.float32 else 1e-11
             np.testing.assert_allclose(value, ref_value, rtol=tol, err_msg=name)
             np.testing.assert_allclose(
-                grad, ref_grad, rtol=tol, atol=tol * np.abs(ref_grad).max(), err_msg=name
+                grad,
+                ref_grad,
+                rtol=tol,
+                atol=tol * np.abs(ref_grad).max(),
+                err_msg=name,
             )
 
 

@@ -303,3 +303,142 @@ def test_sklearn_check_estimator():
     )
     failed = [r["check_name"] for r in results if r["status"] == "failed"]
     assert failed == []
+
+
+# ------------------------------------------- blocked T H^T (no n x k product array)
+def _array_path(monkeypatch):
+    """Force the n x k ``T H^T`` path (as for operators without a fused layout)."""
+    import ilargi_sklearn.decomposition._gnmf as gnmf_module
+
+    monkeypatch.setattr(gnmf_module, "fused_layout", lambda op: None)
+
+
+def _fit_op(op, W0, H0, **kw):
+    from ilargi_sklearn.decomposition._gnmf import _fit_multiplicative_update
+
+    return _fit_multiplicative_update(op, W0.copy(), H0.copy(), **kw)
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    ["star", "left", "outer", "overlap", "sparse", "float32", "snowflake", "union"],
+)
+@pytest.mark.parametrize("tol", [0.0, 2e-2])
+def test_blocked_numerator_matches_array_path_and_sklearn(monkeypatch, scenario, tol):
+    # 64-row blocks (the minimum) over 333 rows: several blocks and a partial last
+    # one; left/outer/snowflake/overlap have unmatched rows (index -1), "overlap"
+    # has a target column covered by two sources, "sparse" CSR sources.
+    import ilargi_sklearn.decomposition._gnmf as gnmf_module
+    from ilargi_sklearn.dataset._operators import fused_layout
+
+    monkeypatch.setattr(gnmf_module, "_BLOCK_ELEMENTS", 1)
+    ds = random_dataset(11, n_rows=333, scenario=scenario, nonneg=True)
+    op = ds.operator
+    rtol = _rtol(ds.dtype)
+    k = min(3, ds.shape[1])
+    W0, H0 = _init(*ds.shape, k, dtype=ds.dtype, seed=2)
+    kw = dict(max_iter=35, tol=tol, return_error=True)
+    assert fused_layout(op) is not None  # the blocked path runs
+    Wb, Hb, it_b, err_b = _fit_op(op, W0, H0, **kw)
+    Wt, Ht, it_t, err_t = _fit_op(op, W0, H0, update_H=False, **kw)
+    with monkeypatch.context() as m:
+        _array_path(m)
+        Wa, Ha, it_a, err_a = _fit_op(op, W0, H0, **kw)
+    assert Wb.dtype == ds.dtype and Hb.dtype == ds.dtype
+    assert it_b == it_a
+    _assert_rel_close(Wb, Wa, rtol, "W vs array path")
+    _assert_rel_close(Hb, Ha, rtol, "H vs array path")
+    np.testing.assert_allclose(err_b, err_a, rtol=rtol)
+    # scikit-learn on the joined matrix, same start and iterations.
+    X = ds.materialize()
+    ref = _sk_nmf(k, init="custom", max_iter=35, tol=tol)
+    W_ref = ref.fit_transform(X, W=W0.copy(), H=H0.copy())
+    assert it_b == ref.n_iter_
+    if tol > 0:
+        assert it_b < 35  # the blockwise loss check stopped the fit
+    _assert_rel_close(Wb, W_ref, rtol, "W vs sklearn")
+    _assert_rel_close(Hb, ref.components_, rtol, "H vs sklearn")
+    np.testing.assert_allclose(err_b, ref.reconstruction_err_, rtol=rtol)
+    # W with H fixed (transform): the tables are built once.
+    _, _, _, err_ref = _fit_op(MatrixOperator(X), W0, H0, update_H=False, **kw)
+    np.testing.assert_allclose(err_t, err_ref, rtol=rtol)
+    assert (Ht == H0).all()
+
+
+def test_blocked_fit_builds_no_n_by_k_product(monkeypatch):
+    # The blocked path never calls matmul/rmatmul on the factorized operator: T H^T
+    # exists one row block at a time, T^T W from in-pass sums and segment sums.
+    ds = random_dataset(3, n_rows=300, scenario="left", nonneg=True)
+    W0, H0 = _init(*ds.shape, 2, seed=3)
+    ref = _fit_op(ds.operator, W0, H0, max_iter=25, tol=1e-4, return_error=True)
+    with monkeypatch.context() as m:
+        _array_path(m)
+        arr = _fit_op(ds.operator, W0, H0, max_iter=25, tol=1e-4, return_error=True)
+
+    def forbidden(self, X, out=None):
+        raise AssertionError("an n-length product was computed")
+
+    monkeypatch.setattr(FactorizedMatrix, "matmul", forbidden)
+    monkeypatch.setattr(FactorizedMatrix, "rmatmul", forbidden)
+    W, H, n_iter, err = _fit_op(
+        ds.operator, W0, H0, max_iter=25, tol=1e-4, return_error=True
+    )
+    assert n_iter == ref[2] == arr[2]
+    _assert_rel_close(W, arr[0], 1e-10, "W")
+    _assert_rel_close(H, arr[1], 1e-10, "H")
+    np.testing.assert_allclose(err, arr[3], rtol=1e-10)
+
+
+@pytest.mark.parametrize("scenario", ["left", "overlap", "sparse", "float32"])
+def test_blocked_numerator_under_scaling_layer(monkeypatch, scenario):
+    # A FactorizedStandardScaler(with_mean=False) output (T' = T diag(s)) and an
+    # affine layer with offsets (a min-max-like shift, T' = (T - 1 o^T) diag(s),
+    # non-negative; no offset on CSR columns, which stay unshifted).
+    import ilargi_sklearn.decomposition._gnmf as gnmf_module
+    from ilargi_sklearn.dataset import AffineOperator
+    from ilargi_sklearn.dataset._operators import fused_layout
+    from ilargi_sklearn.preprocessing import FactorizedStandardScaler
+
+    monkeypatch.setattr(gnmf_module, "_BLOCK_ELEMENTS", 1)
+    ds = random_dataset(5, n_rows=260, scenario=scenario, nonneg=True)
+    rtol = _rtol(ds.dtype)
+    scaled = FactorizedStandardScaler(with_mean=False).fit(ds).transform(ds)
+    X = ds.materialize("dense").astype(np.float64)
+    sparse_cols = fused_layout(ds.operator).sparse_cols()
+    offset = X.min(axis=0) * 0.5
+    offset[sparse_cols] = 0.0
+    scale = 1.0 / (X.max(axis=0) - offset + 1.0)
+    shifted = AffineOperator(ds.operator, scale, offset)
+    k = 2
+    W0, H0 = _init(*ds.shape, k, dtype=ds.dtype, seed=6)
+    for op in (scaled.operator, shifted):
+        assert fused_layout(op) is not None
+        Xs = op.materialize("dense")
+        assert Xs.min() >= 0
+        W, H, n_iter, err = _fit_op(
+            op, W0, H0, max_iter=30, tol=1e-4, return_error=True
+        )
+        with monkeypatch.context() as m:
+            _array_path(m)
+            Wa, Ha, n_a, err_a = _fit_op(
+                op, W0, H0, max_iter=30, tol=1e-4, return_error=True
+            )
+        ref = _sk_nmf(k, init="custom", max_iter=30, tol=1e-4)
+        W_ref = ref.fit_transform(Xs, W=W0.copy(), H=H0.copy())
+        assert n_iter == n_a == ref.n_iter_
+        for A, B, what in ((W, Wa, "W/array"), (H, Ha, "H/array"), (W, W_ref, "W/sk")):
+            _assert_rel_close(A, B, rtol, what)
+        _assert_rel_close(H, ref.components_, rtol, "H/sk")
+        np.testing.assert_allclose(err, ref.reconstruction_err_, rtol=rtol)
+    # Through the estimator on the scaled dataset.
+    est = FactorizedGNMF(k, init="custom", max_iter=30, tol=0)
+    W = est.fit_transform(scaled, W=W0, H=H0)
+    ref = _sk_nmf(k, init="custom", max_iter=30, tol=0)
+    W_ref = ref.fit_transform(scaled.materialize("dense"), W=W0.copy(), H=H0.copy())
+    _assert_rel_close(W, W_ref, rtol, "W (estimator)")
+    _assert_rel_close(
+        est.transform(scaled),
+        ref.transform(scaled.materialize("dense")),
+        rtol,
+        "transform",
+    )
