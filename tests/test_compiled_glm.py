@@ -95,13 +95,14 @@ def test_loss_is_accurate_for_extreme_predictors():
     # kernel keeps full relative accuracy there.
     z = np.array([-745.0, -700.0, -40.0, -1e-9, 0.0, 1e-9, 40.0, 700.0])
     y = np.zeros_like(z)
+    none = np.zeros(0, dtype=np.int64)
     lsum, gsum, g, _ = _compiled_glm.fused_binomial(
-        z, [], np.zeros(0), np.zeros(0, dtype=np.int64), y, None, 0.0
+        z, [], np.zeros(0), none, none, y, None, 0.0
     )
     expected = np.logaddexp(0.0, z)
     np.testing.assert_allclose(lsum, expected.sum(), rtol=1e-15)
     lone, _, _, _ = _compiled_glm.fused_binomial(
-        z[:1], [], np.zeros(0), np.zeros(0, dtype=np.int64), y[:1], None, 0.0
+        z[:1], [], np.zeros(0), none, none, y[:1], None, 0.0
     )
     np.testing.assert_allclose(lone, np.exp(-745.0), rtol=1e-12)
     np.testing.assert_allclose(g, expit(z), rtol=1e-15, atol=1e-300)
@@ -110,15 +111,15 @@ def test_loss_is_accurate_for_extreme_predictors():
 
 def test_unmatched_rows_and_bins():
     idx = np.array([0, -1, 2, 0, -1], dtype=np.int64)
-    P = np.array([0.5, -1.0, 2.0])
+    P = np.array([0.5, -1.0, 2.0, 0.0])  # the last entry: unmatched rows
     y = np.array([1.0, 0.0, 1.0, 0.0, 1.0])
     sw = np.array([1.0, 2.0, 0.5, 1.0, 3.0])
     _, gsum, g, bins = _compiled_glm.fused_binomial(
-        None, [idx], P, np.zeros(1, dtype=np.int64), y, sw, 0.25
+        None, [idx], P, np.zeros(1, dtype=np.int64), np.array([3]), y, sw, 0.25
     )
     z = 0.25 + np.where(idx >= 0, P[np.maximum(idx, 0)], 0.0)
     np.testing.assert_allclose(g, sw * (1 / (1 + np.exp(-z)) - y), rtol=1e-15)
-    np.testing.assert_allclose(bins, [g[0] + g[3], 0.0, g[2]], rtol=1e-15)
+    np.testing.assert_allclose(bins, [g[0] + g[3], 0.0, g[2], g[1] + g[4]], rtol=1e-15)
     np.testing.assert_allclose(gsum, g.sum(), rtol=1e-15)
 
 

@@ -257,9 +257,11 @@ class _FusedBinomial:
         self.scale = None if layout.scale is None else np.asarray(layout.scale, float)
         self.base, self.cols0 = layout.base, layout.base_cols
         self.groups = [(g.idx, g.S, g.cols) for g in layout.groups]
-        sizes = [S.shape[0] for _, S, _ in self.groups]
-        self.offsets = np.cumsum([0] + sizes[:-1]).astype(np.int64)
-        self.total = int(sum(sizes))
+        # Each group's entries, then one zero entry for its unmatched rows.
+        self.pads = np.asarray([S.shape[0] for _, S, _ in self.groups], np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.pads + 1)[:-1]])
+        self.offsets = self.offsets.astype(np.int64)
+        self.total = int(np.sum(self.pads + 1))
 
     def loss_and_grad(
         self, w, y, sample_weight, sw_sum, l2_reg_strength, fit_intercept
@@ -274,7 +276,7 @@ class _FusedBinomial:
         bias = float(intercept[0]) if fit_intercept else 0.0
         if self.offset is not None:
             bias -= float(self.offset @ e)
-        P = np.empty(self.total)
+        P = np.zeros(self.total)
         for (_, S, cols), start in zip(self.groups, self.offsets):
             P[start : start + S.shape[0]] = S @ e[cols]
         X0 = self.base
@@ -287,6 +289,7 @@ class _FusedBinomial:
             [idx for idx, _, _ in self.groups],
             P,
             self.offsets,
+            self.pads,
             np.ascontiguousarray(y, dtype=np.float64),
             None
             if sample_weight is None
