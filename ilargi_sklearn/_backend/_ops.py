@@ -313,7 +313,8 @@ class RowMap:
         self.n_source_rows = int(n_source_rows)
         self.n_rows = int(n_source_rows if idx is None else idx.shape[0])
         self._has_missing: bool | None = None
-        self._indicators: dict[np.dtype, sp.csr_matrix] = {}
+        # Caches: the indicator per dtype, its CSC form ("csc"), the counts ("counts").
+        self._indicators: dict[Any, Any] = {}
         # Namespace and device of a device copy (None: NumPy, the fast paths).
         self._xp: Any = None
         self._device: Any = "cpu"
@@ -473,7 +474,17 @@ class RowMap:
             if weights is None:
                 return np.ones(self.n_rows)
             return np.asarray(weights, dtype=np.float64)
-        w = None if weights is None else np.asarray(weights, dtype=np.float64)
+        if weights is None:
+            # Unweighted counts are asked for by every gram and column sum: cached
+            # (read-only: callers that scale them make copies).
+            cnt = self._indicators.get("counts")
+            if cnt is None:
+                cnt = _bincount(self._idx, None, self.n_source_rows, self.has_missing)
+                cnt = cnt.astype(np.float64, copy=False)
+                cnt.flags.writeable = False
+                self._indicators["counts"] = cnt
+            return cnt
+        w = np.asarray(weights, dtype=np.float64)
         return _bincount(self._idx, w, self.n_source_rows, self.has_missing).astype(
             np.float64, copy=False
         )
@@ -603,7 +614,9 @@ class RowMap:
         # the per-row sort that summing duplicates needs (1.3x faster than COO at
         # 1e6 target rows). Duplicate entries stay: products and toarray() add
         # them up.
-        by_row = self.indicator(np.float64).tocsc()
+        by_row = self._indicators.get("csc")
+        if by_row is None:
+            by_row = self._indicators["csc"] = self.indicator(np.float64).tocsc()
         targets = by_row.indices
         cols = other._idx[targets]
         indptr = by_row.indptr
