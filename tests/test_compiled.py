@@ -156,6 +156,58 @@ def test_assign_and_accumulate_match_numpy(k, dtype, base):
     np.testing.assert_allclose(cnt, ref_cnt, rtol=1e-12)
 
 
+@pytest.mark.parametrize("base", ["dense", "csr"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_assign_ties_take_the_first_center(dtype, base):
+    # Exact ties (duplicated centers, in one block of 8 and across blocks) go to
+    # the first center, as np.argmin; padding centers (bias inf) are never taken.
+    rng = np.random.default_rng(5)
+    n, d0, r, k = 400, 3, 5, 19
+    X0 = rng.standard_normal((n, d0)).astype(dtype)
+    o0 = np.zeros(d0, dtype=dtype)
+    Xk = X0
+    if base == "csr":
+        X0[rng.random((n, d0)) < 0.5] = 0.0
+        Xk = sp.csr_matrix(X0)
+    idxs = [rng.integers(-1, r, n)]
+    offsets, pads = np.array([0]), np.array([r])
+    kp = 24
+    C0 = np.zeros((d0, kp), dtype=dtype)
+    P = np.zeros((r + 1, kp), dtype=dtype)
+    bias = np.full(kp, np.inf, dtype=dtype)
+    # Three distinct centers, copied: j -> (j, j + 3, j + 9, j + 15).
+    C0[:, :3] = rng.standard_normal((d0, 3))
+    P[:, :3] = rng.standard_normal((r + 1, 3))
+    bias[:3] = rng.random(3)
+    for shift in (3, 9, 15):
+        C0[:, shift : shift + 3] = C0[:, :3]
+        P[:, shift : shift + 3] = P[:, :3]
+        bias[shift : shift + 3] = bias[:3]
+    bias[6:9] = np.inf  # padding-like centers inside the range
+    labels = np.empty(n, dtype=np.int32)
+    best = np.empty(n, dtype=dtype)
+    nb = kp // 8
+    _compiled.fused_assign(
+        Xk,
+        o0,
+        np.ascontiguousarray(C0.reshape(d0, nb, 8).transpose(1, 0, 2)),
+        idxs,
+        P.reshape(r + 1, nb, 8),
+        offsets,
+        pads,
+        bias.reshape(nb, 8),
+        labels,
+        best,
+    )
+    ref_labels, partial = _reference_assign(
+        X0.astype(float), o0, C0[:, :k], idxs, P[:, :k], offsets, pads, bias[:k]
+    )
+    assert set(np.unique(labels)) <= {0, 1, 2}
+    np.testing.assert_array_equal(labels, ref_labels)
+    scale = np.abs(partial[np.isfinite(partial)]).max()
+    np.testing.assert_allclose(best, partial.min(axis=1), atol=_tol(dtype) * scale)
+
+
 def test_csr_base_cannot_be_centered():
     X0 = sp.csr_matrix(np.eye(3))
     o0 = np.array([0.0, 0.5, 0.0])

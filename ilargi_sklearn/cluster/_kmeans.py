@@ -988,7 +988,7 @@ class FactorizedKMeans(
     equal those of ``sklearn.cluster.KMeans(algorithm="lloyd", n_init=1)`` on the
     joined matrix up to rounding.
 
-    With numba installed (``pip install 'ilargi-sklearn[fast]'``) and dense sources,
+    With numba (a default dependency) and dense or CSR sources,
     the Lloyd iterations run as compiled passes over the index vectors (per row:
     the base row's dot products, one table lookup per joined source, arg-min), on as
     many threads as scikit-learn's OpenMP setting allows.
