@@ -34,6 +34,11 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.extmath import squared_norm, svd_flip
 from sklearn.utils.validation import check_is_fitted, check_non_negative
 
+from ilargi_sklearn._backend._compiled import (
+    CompiledUnavailable,
+    numba_available,
+    segment_sum_rows,
+)
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
     device_of,
@@ -176,8 +181,8 @@ class _BlockedNumerator:
         ]
         self.HbT = None
         self.const = None
-        # T'^T W: per group the segment sum I_g^T W as a product with the CSC
-        # indicator (source rows x n, built at the first use, once per fit); the
+        # T'^T W: per group the segment sum I_g^T W, compiled or as a product with
+        # the CSC indicator (source rows x n, built at the first use); the
         # dense identity source's X0^T W and the column sums of W are accumulated
         # inside the W pass, while each block of W is in cache.
         self._layout_groups = layout.groups
@@ -215,13 +220,9 @@ class _BlockedNumerator:
             out[self.base_cols] += self.base_acc
         elif self.base is not None:
             out[self.base_cols] += np.asarray(self.base.T @ W)
-        if self.indicators is None:
-            self.indicators = _csc_indicators(
-                self._layout_groups, self.n_rows, self.dtype
-            )
-        for (_, S, cols), ind in zip(self.groups, self.indicators):
+        for g, (_, S, cols) in enumerate(self.groups):
             # Target columns may repeat within a group (overlapping terms).
-            np.add.at(out, cols, np.asarray(S.T @ (ind @ W)))
+            np.add.at(out, cols, np.asarray(S.T @ self._segment_sum(g, W)))
         if self.sum_acc is None and self.scale is None:
             return out
         out = out.astype(np.float64)
@@ -230,6 +231,21 @@ class _BlockedNumerator:
         if self.scale is not None:
             out *= self.scale[:, None]
         return out.astype(self.dtype, copy=False)
+
+    def _segment_sum(self, g, W):
+        """``I_g^T W`` (source rows x k): a compiled scatter where numba runs
+        (no n-length arrays), else a product with the group's CSC indicator."""
+        idx, S, _ = self.groups[g]
+        if numba_available():
+            try:
+                return segment_sum_rows(idx, W, S.shape[0]).astype(W.dtype, copy=False)
+            except CompiledUnavailable:
+                pass  # numba cannot compile here: the indicator product below
+        if self.indicators is None:
+            self.indicators = _csc_indicators(
+                self._layout_groups, self.n_rows, self.dtype
+            )
+        return self.indicators[g] @ W
 
     def prepare(self, H):
         """Tables and row constant for ``H`` (call again whenever ``H`` changes)."""

@@ -236,7 +236,7 @@ def _fused_binomial_plan(op):
 
 
 class _FusedBinomial:
-    """The binary logistic objective of one operator in one compiled pass.
+    """The binary logistic objective of one operator in compiled row passes.
 
     With ``T' = (T - 1 o^T) diag(s)`` and coefficients ``c`` in the coordinates
     of ``T'``, the predictor is ``T' c + b = T e + (b - o . e)`` with ``e = s * c``,
