@@ -140,8 +140,13 @@ def _column_codes(a: pd.Series, b: pd.Series) -> tuple[np.ndarray, int]:
     the number of rows are their own codes, offset to start at 0: no hash table
     (0.3 ms instead of 3 ms for 2e5 + 1e4 keys). Other keys are factorized.
     """
-    va, vb = a.to_numpy(), b.to_numpy()
-    if va.dtype.kind in "iu" and vb.dtype.kind in "iu" and len(va) and len(vb):
+    # Check the dtypes first: converting Arrow-backed strings to NumPy is costly.
+    if (
+        all(isinstance(s.dtype, np.dtype) and s.dtype.kind in "iu" for s in (a, b))
+        and len(a)
+        and len(b)
+    ):
+        va, vb = a.to_numpy(), b.to_numpy()
         lo = min(int(va.min()), int(vb.min()))
         hi = max(int(va.max()), int(vb.max()))
         if hi - lo < 2 * (len(va) + len(vb)) + 1024:
