@@ -102,7 +102,6 @@ def test_blocked_updates_match_sklearn_across_many_blocks(monkeypatch, scenario)
     import ilargi_sklearn.decomposition._gnmf as gnmf_module
 
     monkeypatch.setattr(gnmf_module, "_BLOCK_ELEMENTS", 1)
-    monkeypatch.setattr(gnmf_module, "_BLOCKED_SPARSE", True)
     ds = random_dataset(7, n_rows=333, scenario=scenario, nonneg=True)
     W0, H0 = _init(*ds.shape, 3, seed=5)
     ours = FactorizedGNMF(3, init="custom", max_iter=40, tol=1e-4)
@@ -333,7 +332,6 @@ def test_blocked_numerator_matches_array_path_and_sklearn(monkeypatch, scenario,
     from ilargi_sklearn.dataset._operators import fused_layout
 
     monkeypatch.setattr(gnmf_module, "_BLOCK_ELEMENTS", 1)
-    monkeypatch.setattr(gnmf_module, "_BLOCKED_SPARSE", True)
     ds = random_dataset(11, n_rows=333, scenario=scenario, nonneg=True)
     op = ds.operator
     rtol = _rtol(ds.dtype)
@@ -402,7 +400,6 @@ def test_blocked_numerator_under_scaling_layer(monkeypatch, scenario):
     from ilargi_sklearn.preprocessing import FactorizedStandardScaler
 
     monkeypatch.setattr(gnmf_module, "_BLOCK_ELEMENTS", 1)
-    monkeypatch.setattr(gnmf_module, "_BLOCKED_SPARSE", True)
     ds = random_dataset(5, n_rows=260, scenario=scenario, nonneg=True)
     rtol = _rtol(ds.dtype)
     scaled = FactorizedStandardScaler(with_mean=False).fit(ds).transform(ds)

@@ -7,8 +7,7 @@ order W then H, ``EPSILON`` replacing zero denominators, the loss checked every 
 iterations), with the only products that touch the data being ``T H^T`` (``matmul``)
 and ``T^T W`` (``rmatmul``). The Frobenius loss is assembled from ``||T||_F^2`` and
 small matrices, so the joined matrix is never built. On a NumPy factorized operator
-with dense sources (:func:`~ilargi_sklearn.dataset._operators.fused_layout`)
-``T H^T`` is not built
+(:func:`~ilargi_sklearn.dataset._operators.fused_layout`) ``T H^T`` is not built
 either: the W update assembles it block by block from per-source tables
 (:class:`_BlockedNumerator`), which takes one n x k array off the peak memory.
 """
@@ -126,14 +125,6 @@ def _frobenius_error_from_cross(norm_X, WtW, H, cross_prod):
 # At 2e5 x 10 (k = 10, two gathered groups) 65536 ran 20 iterations 8% faster
 # than 32768 (fewer per-block calls) and 5% faster than 131072.
 _BLOCK_ELEMENTS = 65_536
-
-
-# The blocked W pass on sparse (CSR) sources: exact, but measured slower than one
-# product per iteration on the Hamlet one-hot data (20 iterations, rank 10, one
-# thread: Flights 0.21 vs 0.15 s, BookCrossing 0.79 vs 0.64 s, Yelp 0.60 vs
-# 0.55 s: CSR row slices per block and sparse table products), so it runs only on
-# dense sources unless this is set.
-_BLOCKED_SPARSE = False
 
 
 def _block_rows(n_samples, n_components):
@@ -446,8 +437,7 @@ def _fit_multiplicative_update(
     ten iterations stops when the relative decrease of ``||T - WH||_F`` since the
     last check, divided by the initial error, is below ``tol``. The W update and
     ``W^T W`` share one pass over row blocks (:func:`_multiplicative_update_w`).
-    On a NumPy factorized operator with dense sources (``_BLOCKED_SPARSE``) that
-    pass also computes ``T H^T`` block by
+    On a NumPy factorized operator that pass also computes ``T H^T`` block by
     block (:class:`_BlockedNumerator`), and the loss's cross term
     ``trace(W^T T H^T)`` is a pass of its own (:func:`_cross_term`), so no n x k
     product array is ever built; other operators get ``T H^T`` from one
@@ -484,11 +474,7 @@ def _fit_multiplicative_update(
     if norm_X is None and (check or return_error):
         norm_X = _norm_sq(op)
     layout = fused_layout(op)
-    if (
-        layout is not None
-        and np.dtype(layout.dtype) == W.dtype
-        and (_BLOCKED_SPARSE or layout.sparse_cols().size == 0)
-    ):
+    if layout is not None and np.dtype(layout.dtype) == W.dtype:
         return _fit_blocked(
             op, layout, W, H, max_iter, tol, update_H, return_error, norm_X
         )
