@@ -549,31 +549,24 @@ def _segment_rows_chunk(idx, W, out, c, start, stop):
             orow[j] += wi[j]
 
 
-def _segment_rows_rows(idx, W, out, n_chunks):
-    n = idx.shape[0]
-    step = (n + n_chunks - 1) // n_chunks
-    for c in prange(n_chunks):
-        _segment_rows_chunk_jit(idx, W, out, c, c * step, min(n, (c + 1) * step))
-
-
 #: Placeholders for the jitted chunk bodies (globals of the parallel kernels).
 _assign_chunk_jit = _assign_chunk
 _partial_at_chunk_jit = _partial_at_chunk
 _accumulate_chunk_jit = _accumulate_chunk
-_segment_rows_chunk_jit = _segment_rows_chunk
 
 _SOURCES = {
     "assign": (_assign_chunk, _assign_rows),
     "partial_at": (_partial_at_chunk, _partial_at_rows),
     "accumulate": (_accumulate_chunk, _accumulate_rows),
-    "segment_rows": (_segment_rows_chunk, _segment_rows_rows),
+    "segment_rows": (_segment_rows_chunk, None),  # serial only
 }
 
 
 def register(name: str, chunk: Any, rows: Any) -> None:
     """Add a kernel defined in another module: its serial chunk body and the
     parallel ``rows`` body that calls ``<chunk name>_jit`` over ``prange`` chunks
-    (that global is set in the defining module when the kernel compiles)."""
+    (that global is set in the defining module when the kernel compiles; None for
+    a kernel that always runs as one chunk)."""
     _SOURCES[name] = (chunk, rows)
 
 
@@ -586,11 +579,13 @@ def _kernel(name: str) -> tuple[Any, Any]:
         chunk, rows = _SOURCES[name]
         # Contracting a * b + c into one FMA (as BLAS does): 15% faster E-step.
         chunk_jit = numba.njit(cache=True, nogil=True, fastmath={"contract"})(chunk)
-        # The parallel kernel resolves the chunk kernel as a global of its own
-        # module when it compiles.
-        rows.__globals__[chunk.__name__ + "_jit"] = chunk_jit
-        rows.__globals__["prange"] = numba.prange
-        rows_jit = numba.njit(cache=True, parallel=True, nogil=True)(rows)
+        rows_jit = None  # a serial-only kernel
+        if rows is not None:
+            # The parallel kernel resolves the chunk kernel as a global of its own
+            # module when it compiles.
+            rows.__globals__[chunk.__name__ + "_jit"] = chunk_jit
+            rows.__globals__["prange"] = numba.prange
+            rows_jit = numba.njit(cache=True, parallel=True, nogil=True)(rows)
         fns = kernels[name] = (chunk_jit, rows_jit)
     return fns
 
@@ -817,5 +812,5 @@ def segment_sum_rows(idx: np.ndarray, W: np.ndarray, n_bins: int) -> np.ndarray:
     n, k = W.shape
     out = np.zeros((1, int(n_bins) + 1, k))
     args = (np.ascontiguousarray(idx, dtype=np.int64), np.ascontiguousarray(W), out)
-    _launch("segment_rows", 1, args + (1,), args + (0, 0, n))
+    _launch("segment_rows", 1, (), args + (0, 0, n))
     return out[0, :n_bins]

@@ -77,6 +77,14 @@ def _split_coef(w, n_features, n_outputs, fit_intercept):
     return W, None
 
 
+def _l2_penalty(coef, g_coef, l2_reg_strength):
+    """``l2_reg_strength / 2 ||coef||^2``; adds its gradient to ``g_coef`` in place."""
+    if l2_reg_strength <= 0:
+        return 0.0
+    g_coef += l2_reg_strength * coef
+    return 0.5 * l2_reg_strength * float(np.sum(coef * coef))
+
+
 def _raw_prediction(op, coef, intercept):
     """``T @ coef.T + intercept`` as float64 of shape (n_samples, n_outputs).
 
@@ -188,9 +196,7 @@ def _loss_and_grad(
         g_coef[0] = op.rmatmul(rhs[:, 0])
     else:
         g_coef[:] = op.rmatmul(rhs).T
-    if l2_reg_strength > 0:
-        value += 0.5 * l2_reg_strength * float(np.sum(coef * coef))
-        g_coef += l2_reg_strength * coef
+    value += _l2_penalty(coef, g_coef, l2_reg_strength)
     if fit_intercept:
         g_intercept[:] = grad_raw.sum(axis=0)
     return value, grad
@@ -310,9 +316,7 @@ class _FusedBinomial:
         grad = np.empty_like(w, dtype=np.float64)
         g_coef, g_intercept = _split_coef(grad, m, 1, fit_intercept)
         g_coef[0] = g_t / sw_sum
-        if l2_reg_strength > 0:
-            value += 0.5 * l2_reg_strength * float(np.sum(coef * coef))
-            g_coef += l2_reg_strength * coef
+        value += _l2_penalty(coef, g_coef, l2_reg_strength)
         if fit_intercept:
             g_intercept[:] = gsum / sw_sum
         return value, grad
@@ -375,9 +379,7 @@ def _loss_and_grad_xp(
         g_coef[0] = to_numpy(op.rmatmul(rhs[:, 0]))
     else:
         g_coef[:] = to_numpy(op.rmatmul(rhs)).T
-    if l2_reg_strength > 0:
-        value += 0.5 * l2_reg_strength * float(np.sum(coef * coef))
-        g_coef += l2_reg_strength * coef
+    value += _l2_penalty(coef, g_coef, l2_reg_strength)
     if fit_intercept:
         g_intercept[:] = to_numpy(xp_column_sums(grad_raw, xp))
     return value, grad
