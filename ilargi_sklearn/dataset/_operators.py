@@ -1036,24 +1036,44 @@ class FactorizedMatrix(Operator):
             Ec = _xp_placement(xp, cc, n, self.dtype, self.device)
             return G + xp.matrix_transpose(Er) @ B @ Ec
 
+        w = None if weights is None else xp.astype(weights, dt)
         for i, a in enumerate(self.terms):
-            cnt = self._xp_counts(a, weights)
-            if _any_sparse(a.S):
-                Gaa = _dense(a.S.T @ a.S.multiply(cnt[:, None]))
+            if a.rows.is_identity and weights is None and not _any_sparse(a.S):
+                Gaa = xp.matrix_transpose(a.S) @ a.S
             else:
-                Gaa = xp.matrix_transpose(a.S * cnt[:, None]) @ a.S
+                cnt = self._xp_counts(a, weights)
+                if _any_sparse(a.S):
+                    Gaa = _dense(a.S.T @ a.S.multiply(cnt[:, None]))
+                else:
+                    Gaa = xp.matrix_transpose(a.S * cnt[:, None]) @ a.S
             G = place(G, a.cols, a.cols, Gaa)
             for b in self.terms[i + 1 :]:
-                # S_a^T I_a^T diag(w) I_b S_b, through an n-by-c_b gather.
-                Zb = _dense(b.rows.gather(b.S))
-                if weights is not None:
-                    Zb = Zb * xp.astype(weights, dt)[:, None]
-                Gab = _dense(a.S.T @ a.rows.scatter(Zb))
+                Gab = self._xp_cross_block(a, b, w)
                 G = place(G, a.cols, b.cols, Gab)
                 G = place(G, b.cols, a.cols, xp.matrix_transpose(Gab))
         if sparse:
             return MatrixOperator(G)._xp_format(G, "sparse")
         return G
+
+    def _xp_cross_block(self, a: Term, b: Term, w: Any) -> Any:
+        """``S_a^T I_a^T diag(w) I_b S_b``, summed over the segments of one side.
+
+        ``I_a^T diag(w) I_b S_b`` sums ``S_b``'s rows per row of ``a``'s source;
+        its mirror ``I_b^T diag(w) I_a S_a`` sums ``S_a``'s rows per row of ``b``'s.
+        A side whose index is the identity has one row per segment, so the sum
+        runs over the other side's segments; otherwise over the side whose
+        partner has fewer columns to read. Sparse sources are never the side read.
+        """
+        xp = self._xp
+        mirror = _any_sparse(b.S) or (
+            not _any_sparse(a.S)
+            and not b.rows.is_identity
+            and (a.rows.is_identity or a.S.shape[1] < b.S.shape[1])
+        )
+        if mirror and not _any_sparse(a.S):
+            Q = b.rows.cross(a.rows, a.S, w)  # (rows of b's source, c_a)
+            return xp.matrix_transpose(_dense(b.S.T @ Q))
+        return _dense(a.S.T @ a.rows.cross(b.rows, _dense(b.S), w))
 
     def _xp_col_sums(self, weights: Any, square: bool) -> Any:
         xp = self._xp
