@@ -54,6 +54,7 @@ from ilargi_sklearn._backend._namespace import (
     device_of,
     get_namespace,
     is_numpy_namespace,
+    namespace_dtype,
     numpy_dtype,
     to_numpy,
 )
@@ -799,7 +800,9 @@ def _kmeans_plusplus_xp(op, n_clusters, x_squared_norms, sample_weight, random_s
         candidates = _take_rows_xp(op, candidate_ids)
         dist = _sq_distances_xp(op, candidates, x_squared_norms)
         dist = xp.minimum(closest_dist_sq[None, :], dist)
-        candidates_pot = to_numpy(xp.sum(dist * sample_weight[None, :], axis=1))
+        # A product, not a sum along axis 1: CuPy reduces each of the few long
+        # rows in one thread block (7 ms per call at 1e7 rows, against 0.1 ms).
+        candidates_pot = to_numpy(dist @ sample_weight)
         best = int(np.argmin(candidates_pot))
         current_pot = float(candidates_pot[best])
         closest_dist_sq = dist[best, :]
@@ -1115,9 +1118,15 @@ class FactorizedKMeans(
         tol = _tolerance(op, self.tol)
         n_init = self._resolve_n_init()
         random_state = check_random_state(self.random_state)
-        sample_weight = self._check_sample_weight(sample_weight, op)
-        if on_device:
-            sample_weight = asarray_on(sample_weight, xp, op.device)
+        if on_device and sample_weight is None:
+            # Unit weights made where they are used (no n-length upload).
+            sample_weight = xp.ones(
+                n_samples, dtype=namespace_dtype(xp, op.dtype), device=op.device
+            )
+        else:
+            sample_weight = self._check_sample_weight(sample_weight, op)
+            if on_device:
+                sample_weight = asarray_on(sample_weight, xp, op.device)
 
         init = self.init
         if self._init_is_array():
