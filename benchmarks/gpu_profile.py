@@ -54,6 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dim-cols", type=int, default=8, help="columns of each dimension table"
     )
+    parser.add_argument(
+        "--dim-rows",
+        type=int,
+        default=10_000,
+        help="rows of each dimension table (tuple ratio = rows / dim-rows)",
+    )
     parser.add_argument("--top", type=int, default=18)
     parser.add_argument(
         "--no-profile", action="store_true", help="time only, no cProfile tables"
@@ -87,8 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     wanted = set(args.estimators.split(","))
     plans = args.plans.split(",")
     data = {
-        False: device(gpu_check._star(n, dim_cols=args.dim_cols)),
-        True: device(gpu_check._star(n, nonneg=True, dim_cols=args.dim_cols)),
+        nonneg: device(
+            gpu_check._star(
+                n, nonneg=nonneg, dim_rows=args.dim_rows, dim_cols=args.dim_cols
+            )
+        )
+        for nonneg in (False, True)
     }
     rng = np.random.default_rng(0)
     y = rng.standard_normal(n)
