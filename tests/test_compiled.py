@@ -595,3 +595,41 @@ def test_gnmf_scatter_compiled_equals_indicator(monkeypatch):
     np.testing.assert_allclose(
         fast.reconstruction_err_, plain.reconstruction_err_, rtol=1e-10
     )
+
+
+# ------------------------------------------------------------- gram cross blocks
+def test_cross_tables_match_numpy():
+    rng = np.random.default_rng(4)
+    n, m = 3000, 40
+    idx = rng.integers(-1, m, n)
+    Zb = rng.standard_normal((25, 3))
+    gb = rng.integers(-1, 25, n)
+    S0 = rng.standard_normal((n, 2))
+    w = rng.random(n)
+    for weights in (None, w):
+        got = _compiled.fused_cross_tables(idx, m, [(S0, None), (Zb, gb)], weights)
+        s = np.ones(n) if weights is None else weights
+        rows_b = np.where(gb[:, None] >= 0, Zb[gb], 0.0)
+        want = np.zeros((m, 5))
+        keep = idx >= 0
+        np.add.at(want, idx[keep], (s[:, None] * np.hstack([S0, rows_b]))[keep])
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_gram_with_compiled_cross_blocks_equals_numpy(scenario, monkeypatch):
+    ds = random_dataset(5, scenario=scenario, n_rows=400)
+    op = ds.operator
+    w = np.random.default_rng(1).random(len(ds))
+    compiled = op._compiled_cross_blocks(None)
+    if scenario != "sparse":
+        assert compiled, "the dense scenarios have pairs for the compiled pass"
+    for weights in (None, w):
+        got = op.gram(weights, format="dense")
+        monkeypatch.setenv(_compiled.NO_NUMBA_ENV, "1")
+        assert op._compiled_cross_blocks(weights) == {}
+        want = op.gram(weights, format="dense")
+        monkeypatch.delenv(_compiled.NO_NUMBA_ENV)
+        assert got.dtype == want.dtype
+        scale = max(1.0, float(np.abs(want).max()))
+        np.testing.assert_allclose(got, want, atol=_tol(op.dtype) * scale)

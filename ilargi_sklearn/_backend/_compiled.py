@@ -62,6 +62,7 @@ __all__ = [
     "CompiledUnavailable",
     "fused_accumulate",
     "fused_assign",
+    "fused_cross_tables",
     "fused_partial_at",
     "n_threads",
     "numba_available",
@@ -549,16 +550,67 @@ def _segment_rows_chunk(idx, W, out, c, start, stop):
             orow[j] += wi[j]
 
 
+def _cross_chunk(idx, Zs, idxs, n_partners, offsets, weights, out, c, start, stop):
+    # out (chunks, n_bins, C) float64; partner p fills columns offsets[p]:...
+    A = out[c]
+    # One partner at a time: one stream of table reads per pass (a single pass
+    # reading all partners per row measured 1.3x slower: 5.9 against 4.5 ms).
+    for p in range(n_partners):
+        Z = Zs[p]
+        ix = idxs[p]
+        off = offsets[p]
+        k = Z.shape[1]
+        direct = ix.shape[0] == 0
+        for i in range(start, stop):
+            j = idx[i]
+            if j < 0:
+                continue
+            r = i
+            if not direct:
+                r = ix[i]
+                if r < 0:
+                    continue
+            Aj = A[j]
+            Zr = Z[r]
+            if weights is None:
+                for f in range(k):
+                    Aj[off + f] += Zr[f]
+            else:
+                wi = weights[i]
+                for f in range(k):
+                    Aj[off + f] += wi * Zr[f]
+
+
+def _cross_rows(idx, Zs, idxs, n_partners, offsets, weights, out, n_chunks):
+    n = idx.shape[0]
+    step = (n + n_chunks - 1) // n_chunks
+    for c in prange(n_chunks):
+        _cross_chunk_jit(
+            idx,
+            Zs,
+            idxs,
+            n_partners,
+            offsets,
+            weights,
+            out,
+            c,
+            c * step,
+            min(n, (c + 1) * step),
+        )
+
+
 #: Placeholders for the jitted chunk bodies (globals of the parallel kernels).
 _assign_chunk_jit = _assign_chunk
 _partial_at_chunk_jit = _partial_at_chunk
 _accumulate_chunk_jit = _accumulate_chunk
+_cross_chunk_jit = _cross_chunk
 
 _SOURCES = {
     "assign": (_assign_chunk, _assign_rows),
     "partial_at": (_partial_at_chunk, _partial_at_rows),
     "accumulate": (_accumulate_chunk, _accumulate_rows),
     "segment_rows": (_segment_rows_chunk, None),  # serial only
+    "cross": (_cross_chunk, _cross_rows),
 }
 
 
@@ -814,3 +866,49 @@ def segment_sum_rows(idx: np.ndarray, W: np.ndarray, n_bins: int) -> np.ndarray:
     args = (np.ascontiguousarray(idx, dtype=np.int64), np.ascontiguousarray(W), out)
     _launch("segment_rows", 1, (), args + (0, 0, n))
     return out[0, :n_bins]
+
+
+def fused_cross_tables(
+    idx: np.ndarray,
+    n_bins: int,
+    partners: list[tuple[np.ndarray, np.ndarray | None]],
+    weights: np.ndarray | None = None,
+) -> np.ndarray:
+    """``I^T diag(w) [Z_1 | Z_2 | ...]``: per bin, the partners' rows of its target rows.
+
+    Partner ``(Z, g)`` contributes row ``g[i]`` of ``Z`` for target row ``i`` (row
+    ``i`` itself when ``g`` is None; nothing where ``g[i]`` is -1): with ``Z`` a
+    source and ``g`` its index vector this is ``I^T diag(w) I_g Z``, a gram's cross
+    term before the last small product. One pass over the target rows per partner,
+    into per-thread float64 tables (``n_bins`` x total columns each), summed.
+
+    Parameters
+    ----------
+    idx : ndarray of int of shape (n,)
+        Bin of each target row, -1 for none.
+    n_bins : int
+    partners : list of (ndarray of shape (m_p, k_p), ndarray of int of shape (n,) or None)
+        Dense values, all of one dtype, and their row of each target row.
+    weights : ndarray of shape (n,), optional
+
+    Returns
+    -------
+    ndarray of float64 of shape (n_bins, sum of k_p)
+    """
+    n = idx.shape[0]
+    m = int(n_bins)
+    widths = [int(Z.shape[1]) for Z, _ in partners]
+    offsets = np.cumsum([0] + widths[:-1]).astype(np.int64)
+    # Per-thread tables cost n_chunks * m rows: at least 4 target rows per row.
+    n_chunks = max(1, min(n_threads(), n // max(4 * m, 16384)))
+    out = np.zeros((n_chunks, m, sum(widths)))
+    Zs = tuple(np.ascontiguousarray(Z) for Z, _ in partners)
+    empty = np.zeros(0, dtype=np.int64)
+    idxs = tuple(
+        empty if g is None else np.ascontiguousarray(g, dtype=np.int64)
+        for _, g in partners
+    )
+    w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
+    head = (np.ascontiguousarray(idx, dtype=np.int64), Zs, idxs, len(Zs), offsets, w)
+    _launch("cross", n_chunks, head + (out, n_chunks), head + (out, 0, 0, n))
+    return out[0] if n_chunks == 1 else out.sum(axis=0)
