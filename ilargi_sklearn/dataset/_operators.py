@@ -117,6 +117,14 @@ def _index(cols: np.ndarray) -> slice | np.ndarray:
     return cols
 
 
+def _column_sums(A: Any) -> np.ndarray:
+    """Column sums of a host matrix: a GEMV for a dense one (``A.sum(axis=0)`` on a
+    C-ordered (n, 5) array took 3.0 ms at 2e5 rows, the product 0.5 ms)."""
+    if sp.issparse(A) or A.ndim != 2 or A.dtype.kind != "f":
+        return np.asarray(A.sum(axis=0)).ravel()
+    return np.ones(A.shape[0], dtype=A.dtype) @ A
+
+
 def _dense(A: Any) -> Any:
     """A dense copy of a (device) sparse matrix; dense input unchanged."""
     return A.toarray() if _any_sparse(A) else A
@@ -474,7 +482,7 @@ class MatrixOperator(Operator):
         if self._xp is not None:
             return self._xp_reduce(self.A, 0, weights)
         if weights is None:
-            return np.asarray(self.A.sum(axis=0)).ravel().astype(self.dtype, copy=False)
+            return _column_sums(self.A).astype(self.dtype, copy=False)
         return np.asarray(safe_sparse_dot(self.A.T, weights)).ravel()
 
     def col_sq_sums(self, weights: np.ndarray | None = None) -> np.ndarray:
@@ -482,7 +490,7 @@ class MatrixOperator(Operator):
         if self._xp is not None:
             return self._xp_reduce(A2, 0, weights)
         if weights is None:
-            return np.asarray(A2.sum(axis=0)).ravel().astype(self.dtype, copy=False)
+            return _column_sums(A2).astype(self.dtype, copy=False)
         return np.asarray(safe_sparse_dot(A2.T, weights)).ravel()
 
     def row_sq_norms(self, col_weights: np.ndarray | None = None) -> np.ndarray:
@@ -939,7 +947,7 @@ class FactorizedMatrix(Operator):
         out = np.zeros(self.n_cols, dtype=self.dtype)
         for t in self.terms:
             if t.rows.is_identity and weights is None:
-                s = np.asarray(t.S.sum(axis=0)).ravel()
+                s = _column_sums(t.S)
             else:
                 cnt = t.rows.counts(weights).astype(self.dtype, copy=False)
                 s = np.asarray(safe_sparse_dot(t.S.T, cnt)).ravel()
@@ -1332,9 +1340,7 @@ class AffineOperator(Operator):
                 if sparse_y:
                     ysum = np.asarray(Y.sum(axis=0)).ravel()
                 else:
-                    # Column sums as a GEMV: several times faster than
-                    # Y.sum(axis=0) on a C-ordered (n, k) array.
-                    ysum = Y.sum() if Y.ndim == 1 else np.ones(Y.shape[0], Y.dtype) @ Y
+                    ysum = Y.sum() if Y.ndim == 1 else _column_sums(Y)
                 out = out - np.multiply.outer(self.offset, ysum)
             return self._col(out, self.scale)
         xp = self._xp
