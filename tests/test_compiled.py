@@ -633,3 +633,18 @@ def test_gram_with_compiled_cross_blocks_equals_numpy(scenario, monkeypatch):
         assert got.dtype == want.dtype
         scale = max(1.0, float(np.abs(want).max()))
         np.testing.assert_allclose(got, want, atol=_tol(op.dtype) * scale)
+
+
+def test_compiled_cross_pass_skips_anchors_of_low_tuple_ratio():
+    from ilargi_sklearn.datasets import make_multi_source
+
+    low = make_multi_source(n_rows=20_000, tuple_ratio=2, random_state=0).dataset
+    high = make_multi_source(n_rows=20_000, tuple_ratio=10, random_state=0).dataset
+    assert low.operator._compiled_cross_blocks(None) == {}
+    assert len(high.operator._compiled_cross_blocks(None)) == 3
+    np.testing.assert_allclose(
+        high.operator.gram(format="dense"),
+        _dense(high).T @ _dense(high),
+        rtol=1e-9,
+        atol=1e-9 * np.abs(_dense(high)).max() ** 2 * 20_000,
+    )

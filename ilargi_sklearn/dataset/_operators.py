@@ -63,6 +63,14 @@ __all__ = [
 Format = Literal["auto", "dense", "sparse"]
 
 #: Output bytes per block of target rows in ``FactorizedMatrix.matmul`` (L2-sized).
+#: Least target rows per source row of an anchor for the compiled cross pass
+#: (``FactorizedMatrix._compiled_cross_blocks``) ...
+_CROSS_MIN_RATIO = 5
+#: ... unless the target has at most this many rows: both paths then take about a
+#: millisecond (2.1 against 2.5 ms at 2e4 rows, tuple ratio 1), and the kernel is
+#: loaded by the first, small fit rather than in the middle of a large one.
+_CROSS_ALWAYS_ROWS = 16_384
+
 _BLOCK_BYTES = 1 << 20
 
 
@@ -816,16 +824,18 @@ class FactorizedMatrix(Operator):
         target rows (:func:`fused_cross_tables`, float64): ``I_a^T diag(w) I_b S_b``
         without the sorted co-occurrence matrix; the block is then a small product
         with ``S_a``. Only for dense sources of one float dtype when the compiled
-        kernels are available; sparse sources (and everything without numba) take
+        kernels are available, and for anchors with at least
+        :data:`_CROSS_MIN_RATIO` target rows per source row (or small data); the
+        other pairs, sparse sources and everything without numba take
         :meth:`_block`. Keys are term positions ``(i, j)``, ``i < j``.
 
         Measured on 2e5 target rows, two dimension tables, one thread (first gram
         of a fresh dataset, so the sparse path builds its cached indicators): 7.4
         against 11.0 ms at tuple ratio 20 and feature ratio 2, 10.3 against 12.3 ms
         at feature ratio 5, 10.2 against 12.8 ms at tuple ratio 5; at 2e6 rows 120
-        against 159 ms (tuple ratio 20) and 326 against 367 ms (tuple ratio 3). At
-        tuple ratios 1-3, where the tables are as long as the data, it is within
-        12% either way (slower at 2e5 rows, faster at 2e4 and 2e6).
+        against 159 ms (tuple ratio 20). Below tuple ratio 5 the tables are nearly
+        as long as the data and their random writes lose: 19.7 against 17.0 ms at
+        tuple ratio 3, 49 against 21 ms at tuple ratio 1 and feature ratio 0.5.
         """
         terms = self.terms
         if (
@@ -851,6 +861,11 @@ class FactorizedMatrix(Operator):
                 else:
                     anchor, partner = i, j
                 rows = terms[anchor].rows
+                if (
+                    self.n_rows < _CROSS_MIN_RATIO * rows.n_source_rows
+                    and self.n_rows > _CROSS_ALWAYS_ROWS
+                ):
+                    continue
                 partners = plan.setdefault(id(rows), (rows, []))[1]
                 if partner not in partners:
                     partners.append(partner)
