@@ -14,25 +14,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent)]
-
-
-def _median_time(fn, sync, repeats: int = 5) -> float:
-    fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no GPU: {reason}")
         return 0
     import cupy
+    from gpu_check import _timed
 
     from ilargi_sklearn._backend import _cuda
 
@@ -62,9 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         m = max(1, n // ratio)
         idx = cupy.asarray(rng.integers(0, m, n).astype(np.int32))
         rows = _cuda.sorted_rows(idx, m)
-        sort_ms = 1e3 * _median_time(
-            lambda idx=idx, m=m: _cuda.sorted_rows(idx, m), sync
-        )
+        sort_ms = 1e3 * _timed(lambda idx=idx, m=m: _cuda.sorted_rows(idx, m), sync)
         print(
             f"{'sort (once per row map)':<34}{ratio:>12}{'':>4}{'':>11}{sort_ms:>11.3f}"
         )
@@ -80,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                 return _cuda.segment_sum(rows, Y)
 
             diff = float(cupy.max(cupy.abs(atomic() - sorted_())))
-            a, s = _median_time(atomic, sync), _median_time(sorted_, sync)
+            a, s = _timed(atomic, sync, 5), _timed(sorted_, sync, 5)
             print(
                 f"{'I^T Y':<34}{ratio:>12}{k:>4}{1e3 * a:>11.3f}{1e3 * s:>11.3f}"
                 f"   max diff {diff:.1e}"
@@ -98,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                 return _cuda.segment_sum(rows, Z, gather=g)
 
             diff = float(cupy.max(cupy.abs(atomic_cross() - sorted_cross())))
-            a, s = _median_time(atomic_cross, sync), _median_time(sorted_cross, sync)
+            a, s = _timed(atomic_cross, sync, 5), _timed(sorted_cross, sync, 5)
             print(
                 f"{'I_a^T I_b Z (10,000 rows of Z)':<34}{ratio:>12}{k:>4}"
                 f"{1e3 * a:>11.3f}{1e3 * s:>11.3f}   max diff {diff:.1e}"
