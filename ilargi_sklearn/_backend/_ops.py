@@ -29,8 +29,10 @@ the source rows instead and reads the large right-hand side at random (5x slower
 Other namespaces (CuPy, ``array_api_strict``) get a second, standard-only path,
 chosen once per call (``RowMap`` on a device holds a device index vector, int32 when
 the source has fewer than 2**31 rows): a gather is ``xp.take`` (a -1 entry picks an
-appended zero row, as above), a scatter-add is ``cupy.add.at`` on CuPy and,
-for namespaces without a scatter-add, a product with a dense one-hot indicator built
+appended zero row, as above), a scatter-add on CuPy is a sorted segment sum
+(:mod:`._cuda`: one warp per source row over the target rows sorted once per row
+map) where many target rows share a source row, else ``cupy.add.at``, and, for
+namespaces without a scatter-add, a product with a dense one-hot indicator built
 in blocks of target rows (:func:`xp_segment_sum`). The one-hot product was chosen
 over sorting plus ``cumulative_sum`` differences because it sums every segment
 exactly like the NumPy path does (the cumulative sums lose the small segments'

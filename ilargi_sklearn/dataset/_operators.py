@@ -62,7 +62,6 @@ __all__ = [
 
 Format = Literal["auto", "dense", "sparse"]
 
-#: Output bytes per block of target rows in ``FactorizedMatrix.matmul`` (L2-sized).
 #: Least target rows per source row of an anchor for the compiled cross pass
 #: (``FactorizedMatrix._compiled_cross_blocks``) ...
 _CROSS_MIN_RATIO = 5
@@ -71,6 +70,7 @@ _CROSS_MIN_RATIO = 5
 #: loaded by the first, small fit rather than in the middle of a large one.
 _CROSS_ALWAYS_ROWS = 16_384
 
+#: Output bytes per block of target rows in ``FactorizedMatrix.matmul`` (L2-sized).
 _BLOCK_BYTES = 1 << 20
 
 
