@@ -81,6 +81,15 @@ _state: dict[str, Any] = {"numba": None, "kernels": {}}
 prange = range
 _launch_lock = threading.Lock()
 
+#: The kernels index their arrays through this cast. numba tests every signed index
+#: for a negative value (Python's wrap-around) unless LLVM proves it cannot be,
+#: which it does not for a loop over ``range(start, stop)`` or a row read from an
+#: index vector; an unsigned index has no test. Only indices known to be
+#: non-negative are cast, and never mixed in arithmetic with signed integers (numba
+#: would promote the result to float64). Measured on the M-step's counts (2e5 rows,
+#: two 1e4-row tables): 0.42 ms unsigned against 0.89 ms signed.
+_u = np.uint64
+
 
 def _import_numba() -> Any:
     """The numba module, or False when it cannot be imported (cached)."""
@@ -308,18 +317,19 @@ def _assign_chunk(
     bf = bias2.reshape(-1)
     row = 8 * n_blocks
     for i in range(start, stop):
+        u = _u(i)
         lab = 0
         dmin = np.inf
         for blk in range(n_blocks):
             _zero8(acc)
             for f in range(d0):
-                _fma8(acc, X0[i, f] - o0[f], Cf, (blk * dc + f) * 8)
+                _fma8(acc, X0[u, f] - o0[f], Cf, (blk * dc + f) * 8)
             # A CSR base (ip None for a dense one: the branch is compiled out).
             if ip is not None:
-                for q in range(ip[i], ip[i + 1]):
-                    _fma8(acc, dat[q], Cf, (blk * dc + ind[q]) * 8)
+                for q in range(ip[u], ip[_u(i + 1)]):
+                    _fma8(acc, dat[_u(q)], Cf, (blk * dc + ind[_u(q)]) * 8)
             for g in range(n_groups):
-                r = idxs[g][i]
+                r = idxs[g][u]
                 if r < 0:
                     r = pads[g]
                 _add8(acc, Pf, (offsets[g] + r) * row + blk * 8)
@@ -327,8 +337,8 @@ def _assign_chunk(
             t = m < dmin
             dmin = m if t else dmin
             lab = blk * 8 + lane if t else lab
-        labels[i] = lab
-        best[i] = dmin
+        labels[u] = lab
+        best[u] = dmin
 
 
 def _assign_rows(
@@ -393,19 +403,20 @@ def _partial_at_chunk(
 ):
     d0 = X0.shape[1]
     for i in range(start, stop):
-        j = labels[i]
+        u = _u(i)
+        j = _u(labels[u])
         acc = 0.0
         for f in range(d0):
-            acc += (X0[i, f] - o0[f]) * C[f, j]
+            acc += (X0[u, f] - o0[f]) * C[f, j]
         if ip is not None:
-            for q in range(ip[i], ip[i + 1]):
-                acc += dat[q] * C[ind[q], j]
+            for q in range(ip[u], ip[_u(i + 1)]):
+                acc += dat[_u(q)] * C[_u(ind[_u(q)]), j]
         for g in range(n_groups):
-            r = idxs[g][i]
+            r = idxs[g][u]
             if r < 0:
                 r = pads[g]
-            acc += P[offsets[g] + r, j]
-        best[i] = bias[j] - 2.0 * acc
+            acc += P[_u(offsets[g] + r), j]
+        best[u] = bias[j] - 2.0 * acc
 
 
 def _partial_at_rows(
@@ -474,26 +485,28 @@ def _accumulate_chunk(
     sc = sums0[c]
     cc = cnt[c]
     for i in range(start, stop):
-        lab = labels[i]
-        wi = weights[i]
+        u = _u(i)
+        lab = _u(labels[u])
+        wi = weights[u]
         ws[lab] += wi
         s = sc[lab]
-        Xi = X0[i]
+        Xi = X0[u]
         for f in range(d0):
             s[f] += wi * (Xi[f] - o0[f])
         if ip is not None:
-            for q in range(ip[i], ip[i + 1]):
-                s[ind[q]] += wi * dat[q]
+            for q in range(ip[u], ip[_u(i + 1)]):
+                s[_u(ind[_u(q)])] += wi * dat[_u(q)]
     # One index vector at a time: one stream of reads per pass.
     for g in range(n_groups):
         ig = idxs[g]
         base = offsets[g]
         pad = pads[g]
         for i in range(start, stop):
-            r = ig[i]
+            u = _u(i)
+            r = ig[u]
             if r < 0:
                 r = pad
-            cc[(base + r) * k + labels[i]] += weights[i]
+            cc[_u((base + r) * k + labels[u])] += weights[u]
 
 
 def _accumulate_rows(
@@ -543,9 +556,10 @@ def _segment_rows_chunk(idx, W, out, c, start, stop):
     pad = o.shape[0] - 1
     k = W.shape[1]
     for i in range(start, stop):
-        r = idx[i]
-        orow = o[r if r >= 0 else pad]
-        wi = W[i]
+        u = _u(i)
+        r = idx[u]
+        orow = o[_u(r if r >= 0 else pad)]
+        wi = W[u]
         for j in range(k):
             orow[j] += wi[j]
 
@@ -562,23 +576,24 @@ def _cross_chunk(idx, Zs, idxs, n_partners, offsets, weights, out, c, start, sto
         k = Z.shape[1]
         direct = ix.shape[0] == 0
         for i in range(start, stop):
-            j = idx[i]
+            u = _u(i)
+            j = idx[u]
             if j < 0:
                 continue
             r = i
             if not direct:
-                r = ix[i]
+                r = ix[u]
                 if r < 0:
                     continue
-            Aj = A[j]
-            Zr = Z[r]
+            Aj = A[_u(j)]
+            Zr = Z[_u(r)]
             if weights is None:
                 for f in range(k):
-                    Aj[off + f] += Zr[f]
+                    Aj[_u(off + f)] += Zr[f]
             else:
-                wi = weights[i]
+                wi = weights[u]
                 for f in range(k):
-                    Aj[off + f] += wi * Zr[f]
+                    Aj[_u(off + f)] += wi * Zr[f]
 
 
 def _cross_rows(idx, Zs, idxs, n_partners, offsets, weights, out, n_chunks):

@@ -6,8 +6,8 @@ one add per row group), the log-loss and its derivative (``logaddexp`` and
 ``expit`` with their temporaries: about 5 ms for 2e5 rows) and the gradient
 ``T^T g`` (one ``bincount`` per row group). Here two compiled launches share one
 n-length buffer: the first writes the predictor (a part computed before, plus one
-table entry per row group); NumPy's vectorized ``exp`` and ``log`` then give
-``exp(-|z|)`` and ``log(1 + exp(-|z|))``, from which the second launch forms the
+table entry per row group); NumPy's vectorized ``exp`` and ``log1p`` then give
+``exp(-|z|)`` and ``log1p(exp(-|z|))``, from which the second launch forms the
 loss and its derivative without branches on the sign of ``z``, sums them, and per
 row group sums the derivatives per source row (which the caller multiplies by
 the small sources). numba's scalar ``exp``/``log1p`` calls cost 2.5 ms per 2e5
@@ -16,8 +16,10 @@ identity sources are multiplied by BLAS/SciPy before and after: inside the loop
 the two products measured 2.5x slower (a runtime-length dot product per row, and
 a sum per column through memory).
 
-Measured on 2e5 rows, two row groups, one thread: 2.3 ms per evaluation plus
-0.8 ms for the two BLAS products, against 9.7 ms for the NumPy chain.
+Measured on 2e5 rows, two row groups, one thread: 1.3 ms per evaluation plus
+0.8 ms for the two BLAS products, against 9.7 ms for the NumPy chain. (It was
+2.4 ms with signed indices in the loops and ``log1p`` formed from ``log(1 + t)``
+in the kernel: one more pass and a division per row.)
 
 The kernels follow the conventions of :mod:`._compiled` (lazy numba import, chunks
 over rows with per-chunk partial sums, :class:`~._compiled.CompiledUnavailable` on a
@@ -32,6 +34,7 @@ from ilargi_sklearn._backend._compiled import (
     _chunks,
     _index_tuple,
     _launch,
+    _u,
     register,
 )
 
@@ -47,7 +50,8 @@ def _predictor_chunk(
     # One loop per row group: each reads one stream (an index vector), measured
     # 15% faster than all groups in one loop.
     for i in range(start, stop):
-        g[i] = bias + z0[i] if use_z0 else bias
+        u = _u(i)
+        g[u] = bias + z0[u] if use_z0 else bias
     for k in range(n_groups):
         ik = idxs[k]
         o = offsets[k]
@@ -55,8 +59,9 @@ def _predictor_chunk(
         for i in range(start, stop):
             # Unmatched rows read the group's zero entry (a select, not a branch:
             # a branch mispredicts on scattered unmatched rows).
-            r = ik[i]
-            g[i] += P[o + (r if r >= 0 else pad)]
+            u = _u(i)
+            r = ik[u]
+            g[u] += P[_u(o + (r if r >= 0 else pad))]
 
 
 def _predictor_rows(z0, use_z0, idxs, n_groups, P, offsets, pads, bias, g, n_chunks):
@@ -97,26 +102,24 @@ def _derivative_chunk(
     start,
     stop,
 ):
-    # In: g = z, t = exp(-|z|), lg = log(1 + t) (NumPy's vectorized exp and log).
+    # In: g = z, t = exp(-|z|), lg = log1p(t) (NumPy's vectorized exp and log1p).
     # Out: g = the derivative. bins (chunks, total), lsum/gsum (chunks,).
     ls = 0.0
     gs = 0.0
     for i in range(start, stop):
-        z = g[i]
-        yi = y[i]
-        ti = t[i]
-        u = 1.0 + ti
-        # log1p(t) = log(u) t / (u - 1): exact to rounding where 1 + t rounds.
-        log1p_t = ti if u == 1.0 else lg[i] * ti / (u - 1.0)
-        loss = max(z, 0.0) - yi * z + log1p_t
-        gi = (1.0 if z > 0.0 else ti) / u - yi
+        ui = _u(i)
+        z = g[ui]
+        yi = y[ui]
+        ti = t[ui]
+        loss = max(z, 0.0) - yi * z + lg[ui]
+        gi = (1.0 if z > 0.0 else ti) / (1.0 + ti) - yi
         if use_sw:
-            wi = sw[i]
+            wi = sw[ui]
             loss *= wi
             gi *= wi
         ls += loss
         gs += gi
-        g[i] = gi
+        g[ui] = gi
     lsum[c] = ls
     gsum[c] = gs
     bn = bins[c]
@@ -125,8 +128,9 @@ def _derivative_chunk(
         o = offsets[k]
         pad = pads[k]
         for i in range(start, stop):
-            r = ik[i]
-            bn[o + (r if r >= 0 else pad)] += g[i]
+            ui = _u(i)
+            r = ik[ui]
+            bn[_u(o + (r if r >= 0 else pad))] += g[ui]
 
 
 def _derivative_rows(
@@ -219,13 +223,12 @@ def fused_binomial(
     head = (np.zeros(0) if z0 is None else z0, z0 is not None, tup, n_groups, P)
     head += (offsets, pads, float(bias), g)
     _launch("binomial_predictor", n_chunks, head + (n_chunks,), head + (0, 0, n))
-    # exp and log vectorized by NumPy (the compiled scalar calls took 2.5 ms per
-    # 2e5 rows, NumPy's SIMD loops 0.6 ms with the passes between them).
+    # exp and log1p vectorized by NumPy (the compiled scalar calls took 2.5 ms per
+    # 2e5 rows, NumPy's SIMD loops 0.5 ms with the passes between them).
     t = np.abs(g)
     np.negative(t, out=t)
     np.exp(t, out=t)
-    lg = np.add(t, 1.0)
-    np.log(lg, out=lg)
+    lg = np.log1p(t)
     lsum = np.zeros(n_chunks)
     gsum = np.zeros(n_chunks)
     bins = np.zeros((n_chunks, P.shape[0]))
