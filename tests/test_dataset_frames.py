@@ -623,3 +623,41 @@ def test_integer_keys_of_any_range(keys, check_operators):
     ds = from_frames(fact, ["a"], [Join(dim, on="k", features=["b"])])
     expected = fact.merge(dim, on="k", how="left").fillna(0.0)[["a", "b"]]
     np.testing.assert_allclose(check_operators(ds), expected.to_numpy())
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_float_block_copy_equals_column_by_column(monkeypatch, dtype):
+    """Large all-float tables are copied as one block: same dataset as the
+    column-by-column path, no memory shared with the frame, and NaN or non-float
+    columns still go through the per-column checks."""
+    from ilargi_sklearn.dataset import _builder
+
+    rng = np.random.default_rng(0)
+    base = pd.DataFrame(
+        {
+            "k": rng.integers(0, 4, 40),
+            "a": rng.standard_normal(40),
+            "b": rng.standard_normal(40).astype(np.float32),
+            "c": rng.standard_normal(40),
+        }
+    )
+    dim = pd.DataFrame({"k": range(4), "d": rng.standard_normal(4), "n": [1, 2, 3, 4]})
+    joins = [Join(dim, on="k", features=["d", "n"], name="dim")]
+    ref = from_frames(base, ["a", "b", "c"], joins, dtype=dtype)
+    monkeypatch.setattr(_builder, "_BLOCK_COPY_MIN", 0)
+    got = from_frames(base, ["a", "b", "c"], joins, dtype=dtype)
+    assert list(got.feature_names) == list(ref.feature_names)
+    assert got.dtype == ref.dtype == dtype
+    before = got.materialize()
+    np.testing.assert_array_equal(before, ref.materialize())
+    base.loc[0, "a"] = 1e6  # the dataset keeps its own copy
+    np.testing.assert_array_equal(got.materialize(), before)
+
+    base.loc[1, "c"] = np.nan
+    with pytest.raises(ValueError, match=r"column 'c' has 1 NaN"):
+        from_frames(base, ["a", "b", "c"], joins, dtype=dtype)
+    imputed = from_frames(base, ["a", "b", "c"], joins, base_impute="zero")
+    assert imputed.materialize()[1, 2] == 0.0
+    base.loc[2, "b"] = np.inf
+    with pytest.raises(ValueError, match=r"column 'b' contains infinite"):
+        from_frames(base, ["a", "b", "c"], joins, base_impute="zero")

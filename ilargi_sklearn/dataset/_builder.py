@@ -218,6 +218,37 @@ def _is_categorical(s: pd.Series, forced: Sequence[str]) -> bool:
     )
 
 
+#: Values from which a table's float features are copied as one block
+#: (:func:`_float_block`). Measured (ms, column by column / one block): 2e5 x 5
+#: 2.0 / 2.8, 2e5 x 10 8.8 / 4.0, 2e5 x 20 24 / 6.2, 1e6 x 5 19 / 13, 5e4 x 40
+#: 6.8 / 5.2: the column writes win while the matrix stays in the cache.
+_BLOCK_COPY_MIN = 2_000_000
+
+
+def _float_block(
+    frame: pd.DataFrame, features: Sequence[str], dtype: np.dtype
+) -> np.ndarray | None:
+    """The features as one new C-ordered matrix when all are finite NumPy floats.
+
+    pandas keeps such columns in one 2-D block, which ``to_numpy`` returns as a
+    transposed view: one transposed copy gives the matrix, where writing column by
+    column into a C-ordered matrix touches a cache line per value, which costs
+    more once the matrix no longer fits in the cache. None when a column is not a
+    NumPy float or any value is NaN or infinite: the column-by-column path then
+    imputes or names the column.
+    """
+    if not features or not all(
+        isinstance(frame[c].dtype, np.dtype) and frame[c].dtype.kind == "f"
+        for c in features
+    ):
+        return None
+    values = frame[list(features)].to_numpy()
+    if not np.isfinite(values).all():
+        return None
+    # A copy in every case: the result never shares memory with the frame.
+    return np.array(values, dtype=dtype, order="C")
+
+
 def _encode(
     frame: pd.DataFrame,
     features: Sequence[str],
@@ -244,6 +275,11 @@ def _encode(
     # preallocated matrix: collecting columns first would hold them twice.
     direct = None
     if not any(_is_categorical(frame[col], forced) for col in features):
+        if not indicator and n * len(features) >= _BLOCK_COPY_MIN:
+            fast = _float_block(frame, features, dtype)
+            if fast is not None:
+                names = [f"{label}__{col}" for col in features]
+                return fast, names, list(features), categories
         direct = np.empty((n, len(features) + int(indicator)), dtype=dtype)
     for col in features:
         s = frame[col]
