@@ -336,7 +336,15 @@ def test_union_of_frames_equals_concatenated_merges(
         base.iloc[:split].reset_index(drop=True),
         base.iloc[split:].reset_index(drop=True),
     ]
-    dss = [from_frames(p, spec["base_features"], joins, **kwargs) for p in parts]
+    try:
+        dss = [from_frames(p, spec["base_features"], joins, **kwargs) for p in parts]
+    except ValueError as exc:
+        # A part whose only features are categorical columns with all values
+        # missing encodes to no columns: there is no dataset to unite.
+        if "no features selected" not in str(exc):
+            raise
+        event("a part without features")
+        return
     if list(dss[0].feature_names) != list(dss[1].feature_names):
         with pytest.raises(ValueError, match="same feature names"):
             MultiSourceDataset.union(dss)
