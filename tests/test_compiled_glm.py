@@ -52,7 +52,13 @@ def _numpy_objective(monkeypatch, *args):
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.parametrize("weighted", [False, True])
-def test_objective_equals_numpy(scenario, weighted, monkeypatch, spy_plan):
+@pytest.mark.parametrize("block", [None, 37], ids=["one-block", "blocks-of-37"])
+def test_objective_equals_numpy(scenario, weighted, block, monkeypatch, spy_plan):
+    if block is not None:
+        # Rows in blocks as on large data (several blocks, a shorter last one).
+        monkeypatch.setattr(
+            _loss._FusedBinomial, "_block_rows", staticmethod(lambda n: block)
+        )
     rng = np.random.default_rng(1)
     ds = random_dataset(2, n_rows=250, scenario=scenario)
     for name, op in _operators(ds).items():

@@ -30,7 +30,11 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import expit, logsumexp
 
-from ilargi_sklearn._backend._compiled import CompiledUnavailable, numba_available
+from ilargi_sklearn._backend._compiled import (
+    CompiledUnavailable,
+    n_threads,
+    numba_available,
+)
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
     is_numpy_namespace,
@@ -252,6 +256,10 @@ class _FusedBinomial:
     ``T'^T g = s * (T^T g - o sum(g))`` is assembled from the pass's sums:
     ``X0^T g`` and, per row group, ``S_g^T`` times the sums per source row.
     Unmatched rows (index -1) have zeros in ``T``: they add nothing.
+
+    The rows go through in blocks (:meth:`_block_rows`), each block's products,
+    passes and n-length temporaries while they are in the cache: 3.1 against
+    3.3 ms per evaluation at 2e5 rows and two tables, one thread.
     """
 
     def __init__(self, layout):
@@ -268,6 +276,14 @@ class _FusedBinomial:
         self.offsets = np.concatenate([[0], np.cumsum(self.pads + 1)[:-1]])
         self.offsets = self.offsets.astype(np.int64)
         self.total = int(np.sum(self.pads + 1))
+
+    @staticmethod
+    def _block_rows(n):
+        """Rows per block: 32,768 (measured best of 8,192-65,536 on one thread),
+        at least 16,384 per thread (the kernels' smallest chunk), all rows when
+        fewer than two blocks' worth."""
+        block = max(32768, 16384 * n_threads())
+        return n if n < 2 * block else block
 
     def loss_and_grad(
         self, w, y, sample_weight, sw_sum, l2_reg_strength, fit_intercept
@@ -286,25 +302,41 @@ class _FusedBinomial:
         for (_, S, cols), start in zip(self.groups, self.offsets):
             P[start : start + S.shape[0]] = S @ e[cols]
         X0 = self.base
-        z0 = None
-        if X0 is not None:
-            # In the source's dtype: a float32 source is not copied to float64.
-            z0 = np.asarray(X0 @ e[self.cols0].astype(X0.dtype), dtype=np.float64)
-        lsum, gsum, g, bins = fused_binomial(
-            z0,
-            [idx for idx, _, _ in self.groups],
-            P,
-            self.offsets,
-            self.pads,
-            np.ascontiguousarray(y, dtype=np.float64),
+        # In the source's dtype: a float32 source is not copied to float64.
+        e0 = None if X0 is None else e[self.cols0].astype(X0.dtype)
+        y = np.ascontiguousarray(y, dtype=np.float64)
+        sw = (
             None
             if sample_weight is None
-            else np.ascontiguousarray(sample_weight, dtype=np.float64),
-            bias,
+            else np.ascontiguousarray(sample_weight, dtype=np.float64)
         )
+        idxs = [idx for idx, _, _ in self.groups]
+        n = y.shape[0]
+        block = self._block_rows(n)
+        lsum = gsum = 0.0
+        bins = np.zeros(self.total)
+        g0 = None if X0 is None else np.zeros(e0.shape[0])
+        for lo in range(0, n, block):
+            hi = min(n, lo + block)
+            Xb = None if X0 is None else X0[lo:hi]
+            ls, gs, g, bins_b = fused_binomial(
+                None if Xb is None else np.asarray(Xb @ e0, dtype=np.float64),
+                [idx[lo:hi] for idx in idxs],
+                P,
+                self.offsets,
+                self.pads,
+                y[lo:hi],
+                None if sw is None else sw[lo:hi],
+                bias,
+            )
+            lsum += ls
+            gsum += gs
+            bins += bins_b
+            if Xb is not None:
+                g0 += Xb.T @ g.astype(X0.dtype, copy=False)
         g_t = np.zeros(m)
         if X0 is not None:
-            g_t[self.cols0] += X0.T @ g.astype(X0.dtype, copy=False)
+            g_t[self.cols0] += g0
         for (_, S, cols), start in zip(self.groups, self.offsets):
             # Columns may repeat across the terms of one group: add.at sums them.
             np.add.at(g_t, cols, S.T @ bins[start : start + S.shape[0]])
