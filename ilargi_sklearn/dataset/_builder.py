@@ -534,6 +534,9 @@ def from_frames(
     emptied_by: str | None = None
     n_rows = len(base)
     idx: dict[str, np.ndarray] = {base_name: np.arange(n_rows, dtype=np.int64)}
+    # Tables whose rows are still the target rows in order (idx is arange): a join
+    # on them needs no gather through idx (1.7 ms per join at 2e5 rows).
+    in_order = {base_name}
 
     for i, j in enumerate(joins):
         label, R, left_name, L, lk, rk, features, forced = _check_join(
@@ -547,12 +550,16 @@ def from_frames(
             row_of_code = np.full(n_codes, -1, dtype=np.int64)
             row_of_code[right_codes] = np.arange(len(R), dtype=np.int64)
             pos_l = row_of_code[left_codes]
-            pos = np.where(left_rows >= 0, pos_l[np.maximum(left_rows, 0)], -1)
+            if left_name in in_order:
+                pos = pos_l
+            else:
+                pos = np.where(left_rows >= 0, pos_l[np.maximum(left_rows, 0)], -1)
             del pos_l, row_of_code  # n-length temporaries: free before the next join
             if j.how == "inner":
                 keep = pos >= 0
                 if not keep.all():
                     idx = {k: v[keep] for k, v in idx.items()}
+                    in_order.clear()
                     pos = pos[keep]
         else:
             # One-to-many: the right rows sorted by key code (stable, so matches keep
@@ -567,12 +574,14 @@ def from_frames(
             pos = np.full(p.shape[0], -1, dtype=np.int64)
             pos[p >= 0] = right_rows[p[p >= 0]]
             idx = {k: v[old] for k, v in idx.items()}
+            in_order.clear()
         del left_codes, right_codes
         if j.how == "outer":
             unmatched = np.setdiff1d(np.arange(len(R)), pos[pos >= 0])
             if unmatched.size:
                 pad = np.full(unmatched.size, -1, dtype=np.int64)
                 idx = {k: np.concatenate([v, pad]) for k, v in idx.items()}
+                in_order.clear()
                 pos = np.concatenate([pos, unmatched])
         idx[label] = pos.astype(np.int64, copy=False)
         tables[label] = R
@@ -656,8 +665,8 @@ def from_frames(
                 feature_names.append(fname)
         sources.append(S)
         rows = idx[name]
-        identity = rows.shape[0] == S.shape[0] and np.array_equal(
-            rows, np.arange(S.shape[0])
+        identity = name in in_order or (
+            rows.shape[0] == S.shape[0] and np.array_equal(rows, np.arange(S.shape[0]))
         )
         indicators.append(None if identity else rows)
         mappings.append(cm)
