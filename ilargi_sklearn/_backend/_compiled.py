@@ -64,6 +64,7 @@ __all__ = [
     "fused_assign",
     "fused_cross_tables",
     "fused_partial_at",
+    "mu_update_rows",
     "n_threads",
     "numba_available",
     "segment_sum_rows",
@@ -564,6 +565,42 @@ def _segment_rows_chunk(idx, W, out, c, start, stop):
             orow[j] += wi[j]
 
 
+def _mu_rows_chunk(
+    num, den, W, idxs, n_groups, P, offsets, pads, const, eps, start, stop
+):
+    # Rows [start, stop) of W; num and den hold the block's rows from row 0.
+    k = W.shape[1]
+    # One index vector at a time (one stream of table reads per loop).
+    for g in range(n_groups):
+        ig = idxs[g]
+        base = offsets[g]
+        pad = pads[g]
+        for i in range(start, stop):
+            u = _u(i)
+            r = ig[u]
+            if r < 0:
+                r = pad
+            prow = P[_u(base + r)]
+            nrow = num[_u(i - start)]
+            for j in range(k):
+                nrow[j] += prow[j]
+    if const is not None:
+        for i in range(stop - start):
+            nrow = num[_u(i)]
+            for j in range(k):
+                nrow[j] += const[j]
+    # The update as one flat loop: rows of k < 16 elements vectorize poorly.
+    nf = num.reshape(-1)
+    df = den.reshape(-1)
+    wf = W[start:stop].reshape(-1)
+    for q in range((stop - start) * k):
+        v = _u(q)
+        d = df[v]
+        if d == 0:
+            d = eps
+        wf[v] *= nf[v] / d
+
+
 def _cross_chunk(idx, Zs, idxs, n_partners, offsets, weights, out, c, start, stop):
     # out (chunks, n_bins, C) float64; partner p fills columns offsets[p]:...
     A = out[c]
@@ -625,6 +662,7 @@ _SOURCES = {
     "partial_at": (_partial_at_chunk, _partial_at_rows),
     "accumulate": (_accumulate_chunk, _accumulate_rows),
     "segment_rows": (_segment_rows_chunk, None),  # serial only
+    "mu_rows": (_mu_rows_chunk, None),  # serial only
     "cross": (_cross_chunk, _cross_rows),
 }
 
@@ -645,7 +683,11 @@ def _kernel(name: str) -> tuple[Any, Any]:
         numba = _import_numba()
         chunk, rows = _SOURCES[name]
         # Contracting a * b + c into one FMA (as BLAS does): 15% faster E-step.
-        chunk_jit = numba.njit(cache=True, nogil=True, fastmath={"contract"})(chunk)
+        # NumPy's error model (no ZeroDivisionError test on every float division)
+        # lets a loop that divides vectorize: the W update's loop ran 1.6x faster.
+        chunk_jit = numba.njit(
+            cache=True, nogil=True, fastmath={"contract"}, error_model="numpy"
+        )(chunk)
         rows_jit = None  # a serial-only kernel
         if rows is not None:
             # The parallel kernel resolves the chunk kernel as a global of its own
@@ -881,6 +923,56 @@ def segment_sum_rows(idx: np.ndarray, W: np.ndarray, n_bins: int) -> np.ndarray:
     args = (np.ascontiguousarray(idx, dtype=np.int64), np.ascontiguousarray(W), out)
     _launch("segment_rows", 1, (), args + (0, 0, n))
     return out[0, :n_bins]
+
+
+def mu_update_rows(
+    start: int,
+    stop: int,
+    numerator: np.ndarray,
+    denominator: np.ndarray,
+    W: np.ndarray,
+    idxs: list[np.ndarray],
+    P: np.ndarray,
+    offsets: np.ndarray,
+    pads: np.ndarray,
+    const: np.ndarray | None,
+    eps: Any,
+) -> None:
+    """The multiplicative W update of rows ``[start, stop)`` with the gathers of
+    its numerator, in one serial call.
+
+    Per row ``i`` (``b = i - start``): ``numerator[b] += P[offsets[g] + r_g]`` for
+    each group ``g`` in turn, with ``r_g = idxs[g][i]`` (``pads[g]`` where it is
+    -1), then ``numerator[b] += const``, then ``W[i] *= numerator[b] /
+    denominator[b]`` with ``eps`` for zero denominators: NumPy's ``take``, ``+=``,
+    ``/`` and ``*=`` on the block in the same order, so the same rounding, in
+    loops that read the block from cache (about 40% less time than NumPy's six
+    passes at 2e5 x 10 with two 1e4-row tables, in blocks of 6,553 rows).
+
+    Parameters
+    ----------
+    start, stop : int
+        Rows of ``W``.
+    numerator, denominator : ndarray of shape (>= stop - start, k)
+        The block's numerator without the gathered terms (its identity-source
+        product, or zeros) and ``W[start:stop] H H^T``; ``numerator`` is
+        overwritten.
+    W : ndarray of shape (n, k)
+        C-contiguous, updated in place.
+    idxs : list of ndarray of int64 of shape (n,)
+        One index vector per row group.
+    P : ndarray of shape (total, k)
+        The groups' stacked tables, ``W``'s dtype.
+    offsets, pads : ndarray of int64 of shape (n_groups,)
+        First row of each group in ``P`` and ``seg``, and the row an unmatched
+        target row takes.
+    const : ndarray of shape (k,) or None
+        Added to every numerator row.
+    eps : scalar of ``W``'s dtype
+    """
+    tup, n_groups = _index_tuple(idxs, W.shape[0])
+    args = (numerator, denominator, W, tup, n_groups, P, offsets, pads, const)
+    _launch("mu_rows", 1, (), args + (eps, start, stop))
 
 
 def fused_cross_tables(
