@@ -148,7 +148,7 @@ def n_threads() -> int:
 # FMA where the CPU has one, as ``fastmath={"contract"}`` did), so labels and
 # partial distances are bitwise those of the scalar kernel. Defined on first use
 # (numba is imported lazily) by :func:`fused_assign`.
-_zero8 = _fma8 = _add8 = _argmin8 = None
+_acc8 = _zero8 = _fma8 = _add8 = _argmin8 = None
 
 
 def _define_vector_ops() -> None:
@@ -192,8 +192,11 @@ def _build_vector_ops() -> None:
         vptr = builder.bitcast(ptr, ir.VectorType(ety, 8).as_pointer())
         return builder.load(vptr, align=arrty.dtype.bitwidth // 8), ety
 
-    def acc_ptr(context, builder, arrty, arr):
-        ary = context.make_array(arrty)(context, builder, arr)
+    def acc_ptr(context, builder, accty, acc):
+        # The accumulator: a pointer from acc8 (or an 8-element float64 array).
+        if isinstance(accty, types.CPointer):
+            return builder.bitcast(acc, v8.as_pointer())
+        ary = context.make_array(accty)(context, builder, acc)
         return builder.bitcast(ary.data, v8.as_pointer())
 
     def splat(builder, value, vty):
@@ -203,6 +206,18 @@ def _build_vector_ops() -> None:
 
     def to_f64(builder, vec, ety):
         return vec if ety == f64 else builder.fpext(vec, v8)
+
+    @intrinsic
+    def acc8(typingctx):
+        # An 8-lane accumulator on the kernel's stack (an alloca in its entry
+        # block), which LLVM keeps in a register: an array from np.empty stayed in
+        # memory, stored after every operation (LLVM cannot tell that nothing
+        # else reads it).
+        def codegen(context, builder, sig, args):
+            slot = cgutils.alloca_once(builder, v8)
+            return builder.bitcast(slot, f64.as_pointer())
+
+        return types.CPointer(types.float64)(), codegen
 
     @intrinsic
     def zero8(typingctx, acc):
@@ -283,7 +298,7 @@ def _build_vector_ops() -> None:
 
         return types.Tuple((types.float64, types.int64))(acc, bias, off), codegen
 
-    globals().update(_zero8=zero8, _fma8=fma8, _add8=add8, _argmin8=argmin8)
+    globals().update(_acc8=acc8, _zero8=zero8, _fma8=fma8, _add8=add8, _argmin8=argmin8)
 
 
 def _assign_chunk(
@@ -309,7 +324,7 @@ def _assign_chunk(
     # vector min tree and the first lane equal to it (as np.argmin).
     n_blocks, dc = C3.shape[0], C3.shape[1]
     d0 = X0.shape[1]
-    acc = np.empty(8, dtype=np.float64)
+    acc = _acc8()
     # Flat views: element offsets into C3 (n_blocks, dc, 8: dc = d0 for a dense
     # base, its number of columns for a CSR one), P3 (total, n_blocks, 8) and
     # bias2 (n_blocks, 8), all C-contiguous.
@@ -330,9 +345,11 @@ def _assign_chunk(
                 for q in range(ip[u], ip[_u(i + 1)]):
                     _fma8(acc, dat[_u(q)], Cf, (blk * dc + ind[_u(q)]) * 8)
             for g in range(n_groups):
+                # A select, not a branch (which mispredicts on scattered
+                # unmatched rows): the pad is loaded either way.
+                pad = pads[g]
                 r = idxs[g][u]
-                if r < 0:
-                    r = pads[g]
+                r = r if r >= 0 else pad
                 _add8(acc, Pf, (offsets[g] + r) * row + blk * 8)
             m, lane = _argmin8(acc, bf, blk * 8)
             t = m < dmin
@@ -413,9 +430,9 @@ def _partial_at_chunk(
             for q in range(ip[u], ip[_u(i + 1)]):
                 acc += dat[_u(q)] * C[_u(ind[_u(q)]), j]
         for g in range(n_groups):
+            pad = pads[g]
             r = idxs[g][u]
-            if r < 0:
-                r = pads[g]
+            r = r if r >= 0 else pad
             acc += P[_u(offsets[g] + r), j]
         best[u] = bias[j] - 2.0 * acc
 
@@ -505,8 +522,7 @@ def _accumulate_chunk(
         for i in range(start, stop):
             u = _u(i)
             r = ig[u]
-            if r < 0:
-                r = pad
+            r = r if r >= 0 else pad
             cc[_u((base + r) * k + labels[u])] += weights[u]
 
 
@@ -578,8 +594,7 @@ def _mu_rows_chunk(
         for i in range(start, stop):
             u = _u(i)
             r = ig[u]
-            if r < 0:
-                r = pad
+            r = r if r >= 0 else pad
             prow = P[_u(base + r)]
             nrow = num[_u(i - start)]
             for j in range(k):
