@@ -693,7 +693,9 @@ def _kmeans_single_lloyd_fused(
 
     Same iteration, convergence tests, empty-cluster relocation and final E-step;
     no ``n x n_clusters`` array is built and the n-sized workspaces (labels, partial
-    distances) are reused across iterations.
+    distances) are reused across iterations. ``x_squared_norms`` may be None: it is
+    then computed only if an empty cluster must be relocated, and the inertia takes
+    ``sum_i w_i ||x_i||^2`` from the weighted column sums of squares.
     """
     dtype = fused.dtype
     n = op.n_rows
@@ -711,6 +713,8 @@ def _kmeans_single_lloyd_fused(
         weight_in_clusters = weights.astype(dtype)
         centers_new = sums.astype(dtype)
         if np.any(weight_in_clusters == 0):
+            if x_squared_norms is None:
+                x_squared_norms = np.asarray(op.row_sq_norms(), dtype=dtype)
             _relocate_empty_clusters(
                 op,
                 sample_weight,
@@ -736,9 +740,14 @@ def _kmeans_single_lloyd_fused(
         labels, best, _, _ = fused.step(
             centers, weights64, update=False, labels_out=label_buffers[0]
         )
-    d = x_squared_norms + best
-    np.maximum(d, 0, out=d)
-    inertia = float(d @ sample_weight)
+    if x_squared_norms is None:
+        # sum_i w_i (||x_i||^2 + best_i), each part summed on its own.
+        norms = float(np.sum(op.col_sq_sums(sample_weight), dtype=np.float64))
+        inertia = max(norms + float(best @ sample_weight), 0.0)
+    else:
+        d = x_squared_norms + best
+        np.maximum(d, 0, out=d)
+        inertia = float(d @ sample_weight)
     return labels.copy(), inertia, centers, i + 1
 
 
@@ -1167,9 +1176,15 @@ class FactorizedKMeans(
             )
             n_init = 0
         else:
-            x_squared_norms = np.asarray(fit_op.row_sq_norms(), dtype=op.dtype)
             best_inertia, best_labels = None, None
         fused = None if on_device else _fused_lloyd_plan(fit_op, self.n_clusters)
+        if not on_device:
+            # The row norms (a pass over the sources, 4-5 ms at 2e5 rows) are read
+            # by k-means++ and the NumPy iteration; the compiled one needs them
+            # only to relocate an empty cluster (it computes them then).
+            x_squared_norms = None
+            if fused is None or not self._init_is_array():
+                x_squared_norms = np.asarray(fit_op.row_sq_norms(), dtype=op.dtype)
         for _ in range(n_init):
             centers_init = self._init_centroids(
                 fit_op, x_squared_norms, init, random_state, sample_weight
@@ -1188,6 +1203,8 @@ class FactorizedKMeans(
                 except CompiledUnavailable:
                     fused = None  # the same run on the NumPy kernels, below
             if fused is None:
+                if x_squared_norms is None:
+                    x_squared_norms = np.asarray(fit_op.row_sq_norms(), dtype=op.dtype)
                 labels, inertia, centers, n_iter = _kmeans_single_lloyd(
                     fit_op,
                     sample_weight,
