@@ -57,7 +57,7 @@ def test_objective_equals_numpy(scenario, weighted, block, monkeypatch, spy_plan
     if block is not None:
         # Rows in blocks as on large data (several blocks, a shorter last one).
         monkeypatch.setattr(
-            _loss._FusedBinomial, "_block_rows", staticmethod(lambda n: block)
+            _loss._FusedBinomial, "_block_rows", staticmethod(lambda n, threads: block)
         )
     rng = np.random.default_rng(1)
     ds = random_dataset(2, n_rows=250, scenario=scenario)

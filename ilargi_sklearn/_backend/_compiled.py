@@ -778,8 +778,9 @@ def _launch(name: str, n_chunks: int, args: tuple, chunk_args: tuple) -> None:
 
 
 # ------------------------------------------------------------------ public kernels
-def _chunks(n: int, min_rows: int) -> int:
-    return max(1, min(n_threads(), n // min_rows or 1))
+def _chunks(n: int, min_rows: int, threads: int | None = None) -> int:
+    threads = n_threads() if threads is None else threads
+    return max(1, min(threads, n // min_rows or 1))
 
 
 def fused_assign(

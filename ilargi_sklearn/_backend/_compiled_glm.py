@@ -176,6 +176,7 @@ def fused_binomial(
     y: np.ndarray,
     sw: np.ndarray | None,
     bias: float,
+    threads: int | None = None,
 ) -> tuple[float, float, np.ndarray, np.ndarray]:
     """Weighted binary log-loss, its derivatives and their sums per source row.
 
@@ -209,6 +210,8 @@ def fused_binomial(
         Sample weights (None: ones).
     bias : float
         Constant part of the predictor (the intercept, and the offsets' part).
+    threads : int, default=None
+        The thread count (:func:`~._compiled.n_threads`, looked up when None).
 
     Returns
     -------
@@ -218,7 +221,7 @@ def fused_binomial(
     """
     n = y.shape[0]
     tup, n_groups = _index_tuple(idxs, n)
-    n_chunks = _chunks(n, 16384)
+    n_chunks = _chunks(n, 16384, threads)
     g = np.empty(n)
     head = (np.zeros(0) if z0 is None else z0, z0 is not None, tup, n_groups, P)
     head += (offsets, pads, float(bias), g)
