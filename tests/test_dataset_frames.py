@@ -10,6 +10,8 @@ and float64, dense and sparse storage. The reference is the chain of
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -669,3 +671,18 @@ def test_float_block_copy_equals_column_by_column(monkeypatch, dtype):
     base.loc[2, "b"] = np.inf
     with pytest.raises(ValueError, match=r"column 'b' contains infinite"):
         from_frames(base, ["a", "b", "c"], joins, base_impute="zero")
+
+
+def test_huge_finite_values_are_not_taken_for_infinite():
+    # The all-finite test of a column is its sum; a sum that overflows only
+    # sends the column through the element-wise checks, which accept it.
+    base = pd.DataFrame({"a": [1e308, 1e308, -1.0], "b": [np.nan, 2.0, 3.0]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and no overflow warning
+        ds = from_frames(base, ["a", "b"], [], base_impute="zero")
+    np.testing.assert_array_equal(
+        ds.materialize(), [[1e308, 0.0], [1e308, 2.0], [-1.0, 3.0]]
+    )
+    base.loc[2, "a"] = -np.inf
+    with pytest.raises(ValueError, match=r"column 'a' contains infinite"):
+        from_frames(base, ["a", "b"], [], base_impute="zero")

@@ -320,12 +320,16 @@ def _encode(
                 "numeric nor categorical; convert it or list it in categorical=[...]."
             )
         v = s.to_numpy(dtype=np.float64, na_value=np.nan)
-        if np.isinf(v).any():
+        # One pass for the common all-finite column: its sum is finite (a sum
+        # that overflows only costs the two checks below).
+        with np.errstate(over="ignore", invalid="ignore"):
+            finite = bool(np.isfinite(v.sum()))
+        if not finite and np.isinf(v).any():
             raise ValueError(
                 f"source {label!r}, column {col!r} contains infinite values."
             )
-        bad = np.isnan(v)
-        if bad.any():
+        bad = None if finite else np.isnan(v)
+        if bad is not None and bad.any():
             if impute is None:
                 raise ValueError(
                     f"source {label!r}, column {col!r} has {int(bad.sum())} NaN values; "
