@@ -8,6 +8,7 @@ from sklearn.linear_model import LogisticRegression
 
 from ilargi_sklearn._backend import _compiled, _compiled_glm
 from ilargi_sklearn.dataset import AffineOperator, MatrixOperator
+from ilargi_sklearn.dataset._operators import fused_layout
 from ilargi_sklearn.linear_model import FactorizedLogisticRegression, _loss
 from ilargi_sklearn.linear_model._loss import _fused_binomial_plan, _loss_and_grad
 from ilargi_sklearn.preprocessing import FactorizedStandardScaler
@@ -179,6 +180,40 @@ def test_fit_equals_numpy_and_sklearn(scenario, monkeypatch, spy_plan):
     np.testing.assert_allclose(
         est.predict_proba(ds), sk.predict_proba(A), rtol=rtol, atol=1e-6
     )
+
+
+@pytest.mark.parametrize("scenario", ["star", "float32"])
+def test_narrow_base_column_major_copy_lives_for_the_fit(scenario, monkeypatch):
+    # On data of several row blocks a narrow dense identity source is copied
+    # column-major for the products; the fit is the same, and the copy is
+    # released with the plan when the fit ends.
+    monkeypatch.setattr(
+        _loss._FusedBinomial, "_block_rows", staticmethod(lambda n, threads: 37)
+    )
+    ds = random_dataset(5, n_rows=300, scenario=scenario)
+    op = ds.operator
+    y = (ds.materialize("dense")[:, 0] > 0).astype(int)
+    seen = []
+    original = _loss._FusedBinomial.loss_and_grad
+
+    def spy(self, *args):
+        seen.append(self.base)
+        return original(self, *args)
+
+    monkeypatch.setattr(_loss._FusedBinomial, "loss_and_grad", spy)
+    kw = dict(C=0.5, tol=1e-10, max_iter=500)
+    est = FactorizedLogisticRegression(**kw).fit(ds, y)
+    X0 = fused_layout(op).base
+    assert isinstance(X0, np.ndarray) and X0.flags.c_contiguous
+    assert seen and all(b.flags.f_contiguous and b.dtype == X0.dtype for b in seen)
+    np.testing.assert_array_equal(seen[0], X0)
+    assert op not in _loss._binomial_plans
+    with monkeypatch.context() as m:
+        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        ref = FactorizedLogisticRegression(**kw).fit(ds, y)
+    rtol = 1e-6 if ds.dtype == np.float64 else 2e-3
+    atol = rtol * np.abs(ref.coef_).max()
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=rtol, atol=atol)
 
 
 def test_compile_failure_falls_back_to_numpy(monkeypatch, caplog):

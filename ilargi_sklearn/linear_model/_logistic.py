@@ -32,6 +32,7 @@ from ilargi_sklearn.linear_model._loss import (
     _lipschitz_constant,
     _loss_and_grad,
     _split_coef,
+    release_binomial_plan,
 )
 from ilargi_sklearn.utils._validation import (
     DEVICES,
@@ -352,10 +353,13 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
             loss,
         )
         w0 = np.zeros(n_outputs * (n_features + int(self.fit_intercept)))
-        if self.solver == "lbfgs":
-            w, n_iter = self._fit_lbfgs(w0, args)
-        else:
-            w, n_iter = self._fit_gd(w0, args)
+        try:
+            if self.solver == "lbfgs":
+                w, n_iter = self._fit_lbfgs(w0, args)
+            else:
+                w, n_iter = self._fit_gd(w0, args)
+        finally:
+            release_binomial_plan(op)
 
         coef, intercept = _split_coef(w, n_features, n_outputs, self.fit_intercept)
         if intercept is None:

@@ -56,6 +56,7 @@ __all__ = [
     "_gradient_descent",
     "_lipschitz_constant",
     "_loss_and_grad",
+    "release_binomial_plan",
     "_split_coef",
 ]
 
@@ -242,8 +243,19 @@ def _glm_layout(op):
 
 
 #: The plans of the operators being fitted (one per operator, not one per
-#: evaluation: L-BFGS evaluates the objective 10-100 times).
+#: evaluation: L-BFGS evaluates the objective 10-100 times). A plan may hold a
+#: column-major copy of the identity source: the fit releases it at its end
+#: (:func:`release_binomial_plan`).
 _binomial_plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def release_binomial_plan(op):
+    """Drop the plan (and its copies) that :func:`_fused_binomial_plan` kept."""
+    _binomial_plans.pop(op, None)
+
+
+#: Identity sources up to this many columns get a column-major copy in the plan.
+_COLUMN_MAJOR_MAX_COLS = 12
 
 
 def _fused_binomial_plan(op):
@@ -281,6 +293,18 @@ class _FusedBinomial:
         )
         self.scale = None if layout.scale is None else np.asarray(layout.scale, float)
         self.base, self.cols0 = layout.base, layout.base_cols
+        X0 = self.base
+        if (
+            isinstance(X0, np.ndarray)
+            and 0 < X0.shape[1] <= _COLUMN_MAJOR_MAX_COLS
+            and n >= 2 * self._block_rows(n, 1)
+        ):
+            # The products X0_b e0 and X0_b^T g of a narrow row-major X0 run as
+            # dot products of a few elements per row; on a column-major copy
+            # they stream whole columns (2e5 x 5, per evaluation: 0.32 against
+            # 0.84 ms; even at 12 columns, 1.2 against 1.4 ms; at 20 the
+            # row-major products win). The copy is made once per fit.
+            self.base = np.asfortranarray(X0)
         self.groups = [(g.idx, g.S, g.cols) for g in layout.groups]
         # Each group's entries, then one zero entry for its unmatched rows.
         self.pads = np.asarray([S.shape[0] for _, S, _ in self.groups], np.int64)
