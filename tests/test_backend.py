@@ -7,6 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from ilargi_sklearn._backend import RowMap, safe_sparse_dot, segment_sum
+from ilargi_sklearn.dataset import _operators
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
 
 
@@ -184,7 +185,11 @@ def test_safe_sparse_dot_returns_dense_for_mixed():
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.parametrize("seed", [0, 1])
-def test_factorized_equals_materialized(scenario, seed):
+@pytest.mark.parametrize("sq_block", [None, 7], ids=["one-block", "squares-of-7"])
+def test_factorized_equals_materialized(scenario, seed, sq_block, monkeypatch):
+    if sq_block is not None:
+        # Sources squared in row blocks, as on large data (a shorter last one).
+        monkeypatch.setattr(_operators, "_SQ_BLOCK", sq_block)
     ds = random_dataset(seed, n_rows=50, scenario=scenario)
     op = ds.operator
     mat = op.materialized()
