@@ -26,6 +26,10 @@ too and is *not* used: on 2e5 target rows and two dimension tables it took 1.6 m
 (one column) and 4.0 ms (eight) against 0.9 ms and 2.8 ms for NumPy's ``take`` plus
 add, which are already SIMD loops.
 
+GNMF's multiplicative W update (:func:`mu_update_rows`) gathers the numerator's
+table rows and divides and multiplies a row block in one call, with NumPy's
+operations in NumPy's order: six passes over the block became two loops.
+
 numba is imported lazily, on the first call that wants a kernel, never at
 ``import ilargi_sklearn``. Without numba, or with the environment variable
 ``ILARGI_SKLEARN_NO_NUMBA=1`` (read at every call, so tests can switch it),
@@ -142,12 +146,12 @@ def n_threads() -> int:
 # two AVX ones). numba leaves LLVM's SLP vectorizer off (NUMBA_SLP_VECTORIZE=0), so
 # eight scalar accumulators stayed scalar: 40 scalar FMAs per row for 5 columns, a
 # 7-compare tournament, 8 scalar adds per table row. These intrinsics emit the
-# vector operations on an 8-element float64 accumulator array, which LLVM keeps in
-# a register between them. The arithmetic is the scalar code's, lane by lane
-# (products in the sources' dtype, sums in float64, ``a + x * c`` contracted to an
-# FMA where the CPU has one, as ``fastmath={"contract"}`` did), so labels and
-# partial distances are bitwise those of the scalar kernel. Defined on first use
-# (numba is imported lazily) by :func:`fused_assign`.
+# vector operations on an 8-element float64 accumulator on the kernel's stack
+# (``_acc8``), which LLVM keeps in a register. The arithmetic is the scalar code's,
+# lane by lane (products in the sources' dtype, sums in float64, ``a + x * c``
+# contracted to an FMA where the CPU has one, as ``fastmath={"contract"}`` did), so
+# labels and partial distances are bitwise those of the scalar kernel. Defined on
+# first use (numba is imported lazily) by :func:`fused_assign`.
 _acc8 = _zero8 = _fma8 = _add8 = _argmin8 = None
 
 
@@ -193,11 +197,8 @@ def _build_vector_ops() -> None:
         return builder.load(vptr, align=arrty.dtype.bitwidth // 8), ety
 
     def acc_ptr(context, builder, accty, acc):
-        # The accumulator: a pointer from acc8 (or an 8-element float64 array).
-        if isinstance(accty, types.CPointer):
-            return builder.bitcast(acc, v8.as_pointer())
-        ary = context.make_array(accty)(context, builder, acc)
-        return builder.bitcast(ary.data, v8.as_pointer())
+        # The accumulator: the pointer from acc8.
+        return builder.bitcast(acc, v8.as_pointer())
 
     def splat(builder, value, vty):
         vec = builder.insert_element(ir.Constant(vty, ir.Undefined), value, i32(0))

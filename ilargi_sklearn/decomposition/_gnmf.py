@@ -193,7 +193,10 @@ class _BlockedNumerator:
         self.tables = [self.P[o : o + r] for o, r in zip(self.offsets, sizes)]
         # The compiled W update (numba): gathers and update in one call per block.
         self.compiled = numba_available()
-        self.idxs = [np.ascontiguousarray(g.idx, dtype=np.int64) for g in layout.groups]
+        self.idxs = [
+            np.ascontiguousarray(g.idx, dtype=np.int64)
+            for g in (layout.groups if self.compiled else ())
+        ]
         self.eps = dtype.type(EPSILON)
         self.HbT = None
         self.const = None
@@ -433,8 +436,8 @@ def _multiplicative_update_w(XHt, W, HHt, WtW=None, buffers=None, tw=False):
         mask = mask_buf[: stop - start]
         if blocked:
             numerator = buffers[2][: stop - start]
-            fused = XHt.update_rows(start, stop, W, HHt, numerator, quotient)
-        if not blocked or not fused:
+        fused = blocked and XHt.update_rows(start, stop, W, HHt, numerator, quotient)
+        if not fused:
             if blocked:
                 # The quotient's buffer is free until the numerator is complete.
                 XHt.block(start, stop, numerator, quotient)
