@@ -570,63 +570,50 @@ def test_segment_sum_rows_matches_numpy(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("with_const", [False, True])
-def test_mu_update_rows_equals_numpy_bitwise(dtype, with_const):
-    # The compiled W update does NumPy's operations in NumPy's order: bitwise the
-    # same rows, zero denominators replaced by eps, unmatched rows (-1) reading
-    # their group's padding row, rows outside [start, stop) untouched.
+def test_mu_update_equals_numpy_bitwise(dtype):
+    # The compiled update does NumPy's operations in NumPy's order: bitwise the
+    # same W, zero denominators replaced by eps, the numerator untouched.
     rng = np.random.default_rng(3)
-    n, k, start, stop = 900, 5, 123, 777
-    sizes = [40, 1]  # a one-row table too
-    P = rng.random((sum(s + 1 for s in sizes), k)).astype(dtype)
-    offsets = np.array([0, sizes[0] + 1], dtype=np.int64)
-    pads = np.array(sizes, dtype=np.int64)
-    P[offsets + pads] = 0
-    idxs = [rng.integers(-1, s, n) for s in sizes]
-    W = rng.random((n, k)).astype(dtype)
-    m = stop - start
-    num = rng.random((m, k)).astype(dtype)
-    den = rng.random((m, k)).astype(dtype)
+    W = rng.random((321, 5)).astype(dtype)
+    num = rng.random((321, 5)).astype(dtype)
+    den = rng.random((321, 5)).astype(dtype)
     den[::7, 1] = 0
-    const = rng.random(k).astype(dtype) if with_const else None
     eps = dtype(np.finfo(np.float32).eps)
-    expected_num = num.copy()
-    for g in range(2):
-        expected_num += np.take(
-            P, offsets[g] + np.where(idxs[g] < 0, pads[g], idxs[g]), axis=0
-        )[start:stop]
-    if const is not None:
-        expected_num += const
-    q = np.where(den == 0, eps, den)
-    expected = W.copy()
-    expected[start:stop] *= expected_num / q
-    got = W.copy()
-    _compiled.mu_update_rows(
-        start, stop, num, den, got, idxs, P, offsets, pads, const, eps
-    )
+    expected = W * (num / np.where(den == 0, eps, den))
+    got, num_before, den_before = W.copy(), num.copy(), den.copy()
+    assert _compiled.mu_update(num, den, got, eps)
     assert got.dtype == dtype
     np.testing.assert_array_equal(got, expected)
-    np.testing.assert_array_equal(num, expected_num)
+    np.testing.assert_array_equal(num, num_before)
+    np.testing.assert_array_equal(den, den_before)
+    # Not C-contiguous, or another dtype: left to NumPy, W untouched.
+    for args in (
+        (num, den, np.asfortranarray(W)),
+        (num[:, :4], den[:, :4], W[:, :4].copy()),
+        (num.astype(np.float16), den, W),
+    ):
+        before = args[2].copy()
+        assert not _compiled.mu_update(*args, eps)
+        np.testing.assert_array_equal(args[2], before)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_gnmf_compiled_pass_equals_numpy(monkeypatch, dtype):
-    # The W pass: compiled (gathers, update and segment sums in one pass) where
-    # numba runs, NumPy's block operations and the CSC indicator product
-    # otherwise; the same operations in the same order, so the same factors.
+    # The W update: compiled where numba runs, NumPy's block operations (and the
+    # CSC indicator product for I^T W) otherwise; the same factors.
     from ilargi_sklearn.decomposition import FactorizedGNMF
 
     ds = random_dataset(1, scenario="left", n_rows=500, nonneg=True, dtype=dtype)
     kw = dict(n_components=3, init="nndsvda", max_iter=30, tol=0.0)
     calls = []
-    original = _compiled.mu_update_rows
+    original = _compiled.mu_update
 
     def spy(*args):
         calls.append(1)
         return original(*args)
 
     monkeypatch.setattr(
-        "ilargi_sklearn.decomposition._gnmf.mu_update_rows", spy, raising=True
+        "ilargi_sklearn.decomposition._gnmf.mu_update", spy, raising=True
     )
     fast = FactorizedGNMF(**kw).fit(ds)
     assert calls
@@ -638,7 +625,7 @@ def test_gnmf_compiled_pass_equals_numpy(monkeypatch, dtype):
         W_plain = plain.transform(ds)
         assert len(calls) == n_calls
     assert fast.components_.dtype == dtype
-    # Bitwise in the update itself; the segment sums' order may differ.
+    # The same update; the segment sums are summed in another order.
     # (Entries that MU drives towards zero are compared on the factor's scale.)
     rtol = 1e-10 if dtype == np.float64 else 1e-4
     for got, ref in ((fast.components_, plain.components_), (W_fast, W_plain)):

@@ -36,7 +36,7 @@ from sklearn.utils.validation import check_is_fitted, check_non_negative
 
 from ilargi_sklearn._backend._compiled import (
     CompiledUnavailable,
-    mu_update_rows,
+    mu_update,
     numba_available,
     segment_sum_rows,
 )
@@ -183,21 +183,11 @@ class _BlockedNumerator:
             else np.asarray(offset, np.float64)
         )
         self.groups = [(g.idx, g.S, g.cols) for g in layout.groups]
-        # The groups' tables, stacked (the compiled pass reads one array). Each
-        # has an extra last row that stays zero: np.take(..., mode="wrap") and the
-        # compiled pass map -1 to it.
-        sizes = [g.n_source_rows + 1 for g in layout.groups]
-        self.offsets = np.cumsum([0] + sizes[:-1]).astype(np.int64)
-        self.pads = np.asarray(sizes, dtype=np.int64) - 1
-        self.P = np.zeros((sum(sizes), n_components), dtype=dtype)
-        self.tables = [self.P[o : o + r] for o, r in zip(self.offsets, sizes)]
-        # The compiled W update (numba): gathers and update in one call per block.
-        self.compiled = numba_available()
-        self.idxs = [
-            np.ascontiguousarray(g.idx, dtype=np.int64)
-            for g in (layout.groups if self.compiled else ())
+        # The extra last row stays zero: np.take(..., mode="wrap") maps -1 to it.
+        self.tables = [
+            np.zeros((g.n_source_rows + 1, n_components), dtype=dtype)
+            for g in layout.groups
         ]
-        self.eps = dtype.type(EPSILON)
         self.HbT = None
         self.const = None
         # T'^T W: per group the segment sum I_g^T W, compiled or as a product with
@@ -282,52 +272,15 @@ class _BlockedNumerator:
         if self.offset is not None:
             self.const = (-(self.offset @ Hs.T.astype(np.float64))).astype(dtype)
 
-    def _identity_part(self, start, stop, out):
-        """The identity source's rows ``[start, stop)`` of ``T' H^T`` into ``out``;
-        False (``out`` untouched) when there is none."""
-        if self.base is None:
-            return False
-        if self.base_sparse or self.base.dtype != self.dtype:
-            out[...] = self.base[start:stop] @ self.HbT
-        else:
-            np.matmul(self.base[start:stop], self.HbT, out=out)
-        return True
-
-    def update_rows(self, start, stop, W, HHt, numerator, denominator):
-        """The W update of rows ``[start, stop)`` with a compiled kernel; False,
-        with ``W`` untouched, where it cannot run (numba absent or unable to
-        compile: NumPy's operations run instead).
-
-        The same operations in the same order as :meth:`block` and the NumPy
-        update of :func:`_multiplicative_update_w`, so the same rounding.
-        """
-        if not self.compiled:
-            return False
-        if not self._identity_part(start, stop, numerator):
-            numerator.fill(0)
-        np.dot(W[start:stop], HHt, out=denominator)
-        try:
-            mu_update_rows(
-                start,
-                stop,
-                numerator,
-                denominator,
-                W,
-                self.idxs,
-                self.P,
-                self.offsets,
-                self.pads,
-                self.const,
-                self.eps,
-            )
-        except CompiledUnavailable:
-            self.compiled = False
-            return False
-        return True
-
     def block(self, start, stop, out, tmp):
         """Rows ``[start, stop)`` of ``T' H^T`` into ``out`` (``tmp``: same shape)."""
-        first = not self._identity_part(start, stop, out)
+        first = True
+        if self.base is not None:
+            if self.base_sparse or self.base.dtype != self.dtype:
+                out[...] = self.base[start:stop] @ self.HbT
+            else:
+                np.matmul(self.base[start:stop], self.HbT, out=out)
+            first = False
         for (idx, _, _), G in zip(self.groups, self.tables):
             # "wrap" (not the default "raise") lets take write to out unbuffered.
             if first:
@@ -384,6 +337,17 @@ def _pass_buffers(n_samples, n_components, dtype, blocked):
     return tuple(buffers)
 
 
+def _compiled_update(numerator, denominator, W_b):
+    """``W_b *= numerator / denominator`` (``EPSILON`` for zero denominators) by
+    the compiled loop; False where it cannot run (NumPy's operations then do)."""
+    if not numba_available():
+        return False
+    try:
+        return mu_update(numerator, denominator, W_b, W_b.dtype.type(EPSILON))
+    except CompiledUnavailable:
+        return False
+
+
 def _multiplicative_update_w(XHt, W, HHt, WtW=None, buffers=None, tw=False):
     """``W <- W o (T H^T) / (W H H^T)`` (in place), as scikit-learn's MU step, in
     one pass over row blocks.
@@ -436,14 +400,12 @@ def _multiplicative_update_w(XHt, W, HHt, WtW=None, buffers=None, tw=False):
         mask = mask_buf[: stop - start]
         if blocked:
             numerator = buffers[2][: stop - start]
-        fused = blocked and XHt.update_rows(start, stop, W, HHt, numerator, quotient)
-        if not fused:
-            if blocked:
-                # The quotient's buffer is free until the numerator is complete.
-                XHt.block(start, stop, numerator, quotient)
-            else:
-                numerator = XHt[start:stop]
-            np.dot(W_b, HHt, out=quotient)
+            # The quotient's buffer is free until the numerator is complete.
+            XHt.block(start, stop, numerator, quotient)
+        else:
+            numerator = XHt[start:stop]
+        np.dot(W_b, HHt, out=quotient)
+        if not _compiled_update(numerator, quotient, W_b):
             np.equal(quotient, 0, out=mask)
             np.copyto(quotient, EPSILON, where=mask)
             np.divide(numerator, quotient, out=quotient)
