@@ -56,8 +56,8 @@ __all__ = [
     "_gradient_descent",
     "_lipschitz_constant",
     "_loss_and_grad",
-    "release_binomial_plan",
     "_split_coef",
+    "release_binomial_plan",
 ]
 
 LOSSES = ("squared", "binomial", "multinomial")
