@@ -597,6 +597,35 @@ def test_mu_update_equals_numpy_bitwise(dtype):
         np.testing.assert_array_equal(args[2], before)
 
 
+def test_gnmf_update_compile_failure_falls_back_to_numpy(monkeypatch, caplog):
+    # The update kernel fails to compile at its first block: that block and the
+    # rest run NumPy's operations, and the fit is the NumPy path's.
+    from ilargi_sklearn.decomposition import FactorizedGNMF
+
+    monkeypatch.delenv(_compiled.NO_NUMBA_ENV, raising=False)
+    ds = random_dataset(2, scenario="left", n_rows=400, nonneg=True)
+    kw = dict(n_components=3, init="nndsvda", max_iter=15, tol=0.0)
+    with monkeypatch.context() as m:
+        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        ref = FactorizedGNMF(**kw).fit(ds)
+
+    def broken(*args):
+        raise numba.core.errors.TypingError("planted compile failure")
+
+    monkeypatch.setitem(_compiled._state, "numba", _compiled._import_numba())
+    original = _compiled._kernel
+    monkeypatch.setattr(
+        _compiled,
+        "_kernel",
+        lambda name: (broken, broken) if name == "mu_update" else original(name),
+    )
+    with caplog.at_level("WARNING", logger=_compiled.__name__):
+        est = FactorizedGNMF(**kw).fit(ds)
+    assert "could not compile the 'mu_update' kernel" in caplog.text
+    assert not _compiled.numba_available()
+    np.testing.assert_allclose(est.components_, ref.components_, rtol=1e-10)
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_gnmf_compiled_pass_equals_numpy(monkeypatch, dtype):
     # The W update: compiled where numba runs, NumPy's block operations (and the

@@ -337,17 +337,6 @@ def _pass_buffers(n_samples, n_components, dtype, blocked):
     return tuple(buffers)
 
 
-def _compiled_update(numerator, denominator, W_b):
-    """``W_b *= numerator / denominator`` (``EPSILON`` for zero denominators) by
-    the compiled loop; False where it cannot run (NumPy's operations then do)."""
-    if not numba_available():
-        return False
-    try:
-        return mu_update(numerator, denominator, W_b, W_b.dtype.type(EPSILON))
-    except CompiledUnavailable:
-        return False
-
-
 def _multiplicative_update_w(XHt, W, HHt, WtW=None, buffers=None, tw=False):
     """``W <- W o (T H^T) / (W H H^T)`` (in place), as scikit-learn's MU step, in
     one pass over row blocks.
@@ -393,6 +382,10 @@ def _multiplicative_update_w(XHt, W, HHt, WtW=None, buffers=None, tw=False):
         XHt.start_tw()
     if WtW is not None:
         WtW[...] = 0
+    # The element-wise step by the compiled loop where numba runs (looked up once
+    # per pass: it reads the environment), else by NumPy's operations.
+    compiled = numba_available()
+    eps = W.dtype.type(EPSILON)
     for start in range(0, n_samples, block):
         stop = min(start + block, n_samples)
         W_b = W[start:stop]
@@ -405,7 +398,13 @@ def _multiplicative_update_w(XHt, W, HHt, WtW=None, buffers=None, tw=False):
         else:
             numerator = XHt[start:stop]
         np.dot(W_b, HHt, out=quotient)
-        if not _compiled_update(numerator, quotient, W_b):
+        done = False
+        if compiled:
+            try:
+                done = mu_update(numerator, quotient, W_b, eps)
+            except CompiledUnavailable:
+                compiled = False
+        if not done:
             np.equal(quotient, 0, out=mask)
             np.copyto(quotient, EPSILON, where=mask)
             np.divide(numerator, quotient, out=quotient)
