@@ -15,11 +15,12 @@ The E-step holds a block of 8 centers in one 8-lane vector, through small LLVM
 intrinsics (``_define_vector_ops``): numba keeps LLVM's SLP vectorizer off, and the
 scalar form (eight accumulators, a 7-compare tournament) ran 4.4 ms per pass over
 2e5 rows, 5 base columns and two 1e4-row tables, k=8, against 3.4 ms vectorized
-(one thread), with bitwise the same labels and partial distances. What is left is
-mostly the two random table-row reads per row (with sorted index vectors the pass
-takes 2.3 ms, without tables 1.6 ms). Software prefetching of the table rows 16
-rows ahead, two rows per step and tiles of 128-512 rows (the table reads in a
-separate loop per group) were measured too: no consistent gain.
+(one thread), with bitwise the same labels and partial distances, and 2.8-3.0 ms
+with the accumulator in a register (``_acc8``) and selects for unmatched rows.
+Most of what is left is the per-row work itself (with tables of 100 rows the pass
+takes 2.1-2.3 ms) and the two random table-row reads. Software prefetching of the
+table rows 16 rows ahead, two rows per step and tiles of 128-512 rows (the table
+reads in a separate loop per group) were measured too: no consistent gain.
 
 A fused gather-add for the plain products ``T @ x`` (1 to 16 columns) was measured
 too and is *not* used: on 2e5 target rows and two dimension tables it took 1.6 ms
