@@ -521,6 +521,22 @@ def test_without_numba_the_numpy_path_runs():
     assert out.stdout.split() == ["False", "3"]
 
 
+def _plant_compile_failure(monkeypatch, kernel=None):
+    """numba importable, but kernel ``kernel`` (every kernel when None) fails to
+    compile at its first call."""
+
+    def broken(*args):
+        raise numba.core.errors.TypingError("planted compile failure")
+
+    monkeypatch.setitem(_compiled._state, "numba", _compiled._import_numba())
+    original = _compiled._kernel
+    monkeypatch.setattr(
+        _compiled,
+        "_kernel",
+        lambda name: (broken, broken) if kernel in (None, name) else original(name),
+    )
+
+
 def test_compile_failure_falls_back_to_numpy(monkeypatch, caplog):
     # numba installed but unable to compile: one warning, the kernels are
     # disabled for the process, and the fit is the NumPy path's.
@@ -531,11 +547,7 @@ def test_compile_failure_falls_back_to_numpy(monkeypatch, caplog):
         m.setenv(_compiled.NO_NUMBA_ENV, "1")
         ref = FactorizedKMeans(**kw).fit(ds)
 
-    def broken(*args):
-        raise numba.core.errors.TypingError("planted compile failure")
-
-    monkeypatch.setitem(_compiled._state, "numba", _compiled._import_numba())
-    monkeypatch.setattr(_compiled, "_kernel", lambda name: (broken, broken))
+    _plant_compile_failure(monkeypatch)
     with caplog.at_level("WARNING", logger=_compiled.__name__):
         est = FactorizedKMeans(**kw).fit(ds)
     assert "could not compile" in caplog.text
@@ -609,16 +621,7 @@ def test_gnmf_update_compile_failure_falls_back_to_numpy(monkeypatch, caplog):
         m.setenv(_compiled.NO_NUMBA_ENV, "1")
         ref = FactorizedGNMF(**kw).fit(ds)
 
-    def broken(*args):
-        raise numba.core.errors.TypingError("planted compile failure")
-
-    monkeypatch.setitem(_compiled._state, "numba", _compiled._import_numba())
-    original = _compiled._kernel
-    monkeypatch.setattr(
-        _compiled,
-        "_kernel",
-        lambda name: (broken, broken) if name == "mu_update" else original(name),
-    )
+    _plant_compile_failure(monkeypatch, "mu_update")
     with caplog.at_level("WARNING", logger=_compiled.__name__):
         est = FactorizedGNMF(**kw).fit(ds)
     assert "could not compile the 'mu_update' kernel" in caplog.text
