@@ -667,6 +667,152 @@ def test_gnmf_compiled_pass_equals_numpy(monkeypatch, dtype):
     )
 
 
+def _mu_rows_case(k, d0=3, n=203, const=True, seed=0):
+    rng = np.random.default_rng(seed)
+    X0 = rng.random((n, d0))
+    HbT = rng.random((d0, k))
+    sizes = (30, 7)  # source rows; each table has one more (zero) padding row
+    G = np.zeros((sum(sizes) + 2, k))
+    offsets = np.array([0, sizes[0] + 1])
+    pads = np.array(sizes)
+    G[: sizes[0]] = rng.random((sizes[0], k))
+    G[offsets[1] : offsets[1] + sizes[1]] = rng.random((sizes[1], k))
+    idxs = [rng.integers(-1, r, n) for r in sizes]
+    HHt = rng.random((k, k))
+    HHt[:, 1] = 0  # zero denominators: eps
+    W = rng.random((n, k))
+    c = rng.random(k) if const else None
+    return X0, HbT, idxs, G, offsets, pads, c, HHt, W
+
+
+@pytest.mark.parametrize("k", [8, 9, 10, 13, 16])
+@pytest.mark.parametrize("const", [True, False])
+@pytest.mark.parametrize("d0", [0, 3])
+@pytest.mark.parametrize("gathered", [False, True])
+def test_mu_rows_equals_numpy(k, const, d0, gathered):
+    # The compiled row update: numerator and denominator per row in registers
+    # (two overlapping 8-lane blocks per row, four rows per step), rows outside
+    # [start, stop) untouched; partial steps of 1 to 3 rows at either end. With
+    # ``gathered`` the second group comes as rows gathered beforehand (P).
+    X0, HbT, idxs, G, offsets, pads, c, HHt, W = _mu_rows_case(k, d0, const=const)
+    eps = 1e-10
+    num = X0 @ HbT + (0 if c is None else c)
+    for idx, o, pad in zip(idxs, offsets, pads, strict=True):
+        num += G[o + np.where(idx >= 0, idx, pad)]
+    den = W @ HHt
+    expected = W * (num / np.where(den == 0, eps, den))
+    n_in = 1 if gathered else 2
+    for start, stop in ((0, 203), (5, 199), (7, 8), (0, 2), (100, 103)):
+        P = None
+        if gathered:
+            rows = idxs[1][start:stop]
+            P = G[offsets[1] + np.where(rows >= 0, rows, pads[1])]
+        got = W.copy()
+        args = (X0, HbT, idxs[:n_in], G, offsets[:n_in], pads[:n_in], c, P, HHt)
+        assert _compiled.mu_rows(*args, got, eps, start, stop)
+        np.testing.assert_allclose(got[start:stop], expected[start:stop], rtol=1e-13)
+        np.testing.assert_array_equal(got[:start], W[:start])
+        np.testing.assert_array_equal(got[stop:], W[stop:])
+
+
+def test_mu_rows_declines_what_it_does_not_take():
+    X0, HbT, idxs, G, offsets, pads, c, HHt, W = _mu_rows_case(10)
+    args = [X0, HbT, idxs, G, offsets, pads, c, None, HHt, W]
+    cases = {
+        "7 columns": {
+            1: HbT[:, :7].copy(),
+            3: G[:, :7].copy(),
+            6: c[:7],
+            8: HHt[:7, :7].copy(),
+            9: W[:, :7].copy(),
+        },
+        "17 columns": {
+            1: np.ones((3, 17)),
+            3: np.ones((G.shape[0], 17)),
+            6: np.ones(17),
+            8: np.ones((17, 17)),
+            9: np.ones((203, 17)),
+        },
+        "float32 W": {9: W.astype(np.float32)},
+        "Fortran W": {9: np.asfortranarray(W)},
+        "wrong HbT": {1: HbT[:2]},
+        "wrong const": {6: c[:9]},
+        "wrong P": {7: np.ones((5, 10))},
+    }
+    for what, changes in cases.items():
+        a = list(args)
+        for i, v in changes.items():
+            a[i] = v
+        before = a[9].copy()
+        assert not _compiled.mu_rows(*a, 1e-10, 0, a[9].shape[0]), what
+        np.testing.assert_array_equal(a[9], before)
+
+
+@pytest.fixture
+def spy_mu_rows(monkeypatch):
+    """The results of the GNMF fits' mu_rows calls (True: the loop ran)."""
+    calls = []
+    original = _compiled.mu_rows
+
+    def spy(*args):
+        calls.append(original(*args))
+        return calls[-1]
+
+    monkeypatch.setattr("ilargi_sklearn.decomposition._gnmf.mu_rows", spy)
+    return calls
+
+
+@pytest.mark.parametrize("gather", [False, True])
+@pytest.mark.parametrize("scenario", ["left", "sparse", "overlap"])
+def test_gnmf_row_update_equals_numpy(monkeypatch, spy_mu_rows, scenario, gather):
+    # 10 components: the W pass runs mu_rows where it applies (a dense base or
+    # none, not a CSR one) and matches the NumPy pass; with ``gather`` every
+    # table counts as large and is gathered by np.take before the loop.
+    from ilargi_sklearn.decomposition import FactorizedGNMF, _gnmf
+
+    if gather:
+        monkeypatch.setattr(_gnmf, "_INLINE_TABLE_BYTES", 0)
+
+    ds = random_dataset(3, scenario=scenario, n_rows=700, nonneg=True)
+    rng = np.random.default_rng(1)
+    W0, H0 = rng.random((ds.shape[0], 10)), rng.random((10, ds.shape[1]))
+    kw = dict(n_components=10, init="custom", max_iter=25, tol=0.0)
+    fast = FactorizedGNMF(**kw)
+    W_fast = fast.fit_transform(ds, W=W0.copy(), H=H0.copy())
+    base = fused_layout(ds.operator).base
+    # A CSR base: the plan does not call the loop at all.
+    applies = base is None or not sp.issparse(base)
+    assert bool(spy_mu_rows) == applies and all(spy_mu_rows)
+    with monkeypatch.context() as m:
+        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        n_calls = len(spy_mu_rows)
+        plain = FactorizedGNMF(**kw)
+        W_plain = plain.fit_transform(ds, W=W0.copy(), H=H0.copy())
+        assert len(spy_mu_rows) == n_calls
+    for got, ref in ((fast.components_, plain.components_), (W_fast, W_plain)):
+        np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-9 * np.abs(ref).max())
+
+
+def test_gnmf_row_update_compile_failure_falls_back(monkeypatch, caplog):
+    # mu_rows fails to compile at the first block: that block and the rest run
+    # the NumPy block operations, and the fit is the NumPy path's.
+    from ilargi_sklearn.decomposition import FactorizedGNMF
+
+    ds = random_dataset(2, scenario="left", n_rows=400, nonneg=True)
+    rng = np.random.default_rng(2)
+    W0, H0 = rng.random((ds.shape[0], 9)), rng.random((9, ds.shape[1]))
+    kw = dict(n_components=9, init="custom", max_iter=15, tol=0.0)
+    with monkeypatch.context() as m:
+        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        ref = FactorizedGNMF(**kw).fit(ds, W=W0.copy(), H=H0.copy())
+    _plant_compile_failure(monkeypatch, "mu_rows")
+    with caplog.at_level("WARNING", logger=_compiled.__name__):
+        est = FactorizedGNMF(**kw).fit(ds, W=W0.copy(), H=H0.copy())
+    assert "could not compile the 'mu_rows' kernel" in caplog.text
+    assert not _compiled.numba_available()
+    np.testing.assert_allclose(est.components_, ref.components_, rtol=1e-10)
+
+
 # ------------------------------------------------------------- gram cross blocks
 def test_cross_tables_match_numpy():
     rng = np.random.default_rng(4)

@@ -73,17 +73,19 @@ def test_custom_init_matches_sklearn_on_arrays(fmt, tol):
     _assert_rel_close(ours.transform(X), ref.transform(X), 1e-6, "transform")
 
 
+# k = 10: the compiled row update (mu_rows, 8 to 16 components) where numba runs.
+@pytest.mark.parametrize("k", [3, 10])
 @pytest.mark.parametrize("scenario", ["star", "outer", "sparse", "many_to_many"])
 @pytest.mark.parametrize("strategy", ["factorized", "materialized"])
-def test_custom_init_matches_sklearn_on_datasets(scenario, strategy):
+def test_custom_init_matches_sklearn_on_datasets(scenario, strategy, k):
     ds = random_dataset(2, n_rows=150, scenario=scenario, nonneg=True)
     X = ds.materialize()
-    W0, H0 = _init(*ds.shape, 3, seed=4)
-    ours = FactorizedGNMF(3, init="custom", max_iter=60, strategy=strategy)
+    W0, H0 = _init(*ds.shape, k, seed=4)
+    ours = FactorizedGNMF(k, init="custom", max_iter=60, strategy=strategy)
     W = ours.fit_transform(ds, W=W0, H=H0)
-    ref = _sk_nmf(3, init="custom", max_iter=60)
+    ref = _sk_nmf(k, init="custom", max_iter=60)
     W_ref = ref.fit_transform(X, W=W0.copy(), H=H0.copy())
-    assert ours.n_iter_ == ref.n_iter_ and ours.n_components_ == 3
+    assert ours.n_iter_ == ref.n_iter_ and ours.n_components_ == k
     _assert_rel_close(W, W_ref, 1e-6, "W")
     _assert_rel_close(ours.components_, ref.components_, 1e-6, "H")
     np.testing.assert_allclose(
@@ -95,18 +97,19 @@ def test_custom_init_matches_sklearn_on_datasets(scenario, strategy):
     )
 
 
+@pytest.mark.parametrize("k", [3, 10])
 @pytest.mark.parametrize("scenario", ["left", "sparse"])
-def test_blocked_updates_match_sklearn_across_many_blocks(monkeypatch, scenario):
+def test_blocked_updates_match_sklearn_across_many_blocks(monkeypatch, scenario, k):
     # The fused W update walks row blocks; force many small ones (and a partial
     # last block) so the block seams are exercised on small test data.
     import ilargi_sklearn.decomposition._gnmf as gnmf_module
 
     monkeypatch.setattr(gnmf_module, "_BLOCK_ELEMENTS", 1)
     ds = random_dataset(7, n_rows=333, scenario=scenario, nonneg=True)
-    W0, H0 = _init(*ds.shape, 3, seed=5)
-    ours = FactorizedGNMF(3, init="custom", max_iter=40, tol=1e-4)
+    W0, H0 = _init(*ds.shape, k, seed=5)
+    ours = FactorizedGNMF(k, init="custom", max_iter=40, tol=1e-4)
     W = ours.fit_transform(ds, W=W0, H=H0)
-    ref = _sk_nmf(3, init="custom", max_iter=40, tol=1e-4)
+    ref = _sk_nmf(k, init="custom", max_iter=40, tol=1e-4)
     W_ref = ref.fit_transform(ds.materialize(), W=W0.copy(), H=H0.copy())
     assert ours.n_iter_ == ref.n_iter_
     _assert_rel_close(W, W_ref, 1e-6, "W")
@@ -154,11 +157,12 @@ def test_frobenius_error_without_forming_wh():
 
 
 # -------------------------------------------------- factorized == materialized
+@pytest.mark.parametrize("k", [2, 10])
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_factorized_equals_materialized(scenario):
+def test_factorized_equals_materialized(scenario, k):
     ds = random_dataset(8, n_rows=100, scenario=scenario, nonneg=True)
     rtol = _rtol(ds.dtype)
-    k = min(2, ds.shape[1])
+    k = min(k, ds.shape[1]) if k == 2 else k
     W0, H0 = _init(*ds.shape, k, dtype=ds.dtype, seed=1)
     fits = {}
     for s in ("factorized", "materialized"):
@@ -389,8 +393,9 @@ def test_blocked_fit_builds_no_n_by_k_product(monkeypatch):
     np.testing.assert_allclose(err, arr[3], rtol=1e-10)
 
 
+@pytest.mark.parametrize("k", [2, 10])
 @pytest.mark.parametrize("scenario", ["left", "overlap", "sparse", "float32"])
-def test_blocked_numerator_under_scaling_layer(monkeypatch, scenario):
+def test_blocked_numerator_under_scaling_layer(monkeypatch, scenario, k):
     # A FactorizedStandardScaler(with_mean=False) output (T' = T diag(s)) and an
     # affine layer with offsets (a min-max-like shift, T' = (T - 1 o^T) diag(s),
     # non-negative; no offset on CSR columns, which stay unshifted).
@@ -409,7 +414,6 @@ def test_blocked_numerator_under_scaling_layer(monkeypatch, scenario):
     offset[sparse_cols] = 0.0
     scale = 1.0 / (X.max(axis=0) - offset + 1.0)
     shifted = AffineOperator(ds.operator, scale, offset)
-    k = 2
     W0, H0 = _init(*ds.shape, k, dtype=ds.dtype, seed=6)
     for op in (scaled.operator, shifted):
         assert fused_layout(op) is not None

@@ -28,7 +28,14 @@ too and is *not* used: on 2e5 target rows and two dimension tables it took 1.6 m
 add, which are already SIMD loops.
 
 GNMF's multiplicative W update (:func:`mu_update`) tests, replaces, divides and
-multiplies a row block in one loop, with NumPy's operations in NumPy's order.
+multiplies a row block in one loop, with NumPy's operations in NumPy's order. For 8
+to 16 components and a dense float64 base, :func:`mu_rows` does the whole row update
+in registers instead: the numerator (the base's product, one table row per group),
+the denominator ``W_i H H^T`` and the update, four rows per step through the same
+8-lane intrinsics. Those were two small GEMMs (inner dimensions 5 and 10, which BLAS
+runs far from its peak), the gathers and the element-wise step, each a pass over a
+block in memory; a GNMF fit (2e5 rows, two 1e4-row tables, 15 columns, k = 10, 20
+iterations, one thread) went from 281-289 to 212 ms.
 
 numba is imported lazily, on the first call that wants a kernel, never at
 ``import ilargi_sklearn``. Without numba, or with the environment variable
@@ -68,6 +75,7 @@ __all__ = [
     "fused_assign",
     "fused_cross_tables",
     "fused_partial_at",
+    "mu_rows",
     "mu_update",
     "n_threads",
     "numba_available",
@@ -152,7 +160,7 @@ def n_threads() -> int:
 # contracted to an FMA where the CPU has one, as ``fastmath={"contract"}`` did), so
 # labels and partial distances are bitwise those of the scalar kernel. Defined on
 # first use (numba is imported lazily) by :func:`fused_assign`.
-_acc8 = _zero8 = _fma8 = _add8 = _argmin8 = None
+_acc8 = _zero8 = _fma8 = _add8 = _argmin8 = _mu2x8 = None
 
 
 def _define_vector_ops() -> None:
@@ -299,7 +307,43 @@ def _build_vector_ops() -> None:
 
         return types.Tuple((types.float64, types.int64))(acc, bias, off), codegen
 
-    globals().update(_acc8=acc8, _zero8=zero8, _fma8=fma8, _add8=add8, _argmin8=argmin8)
+    @intrinsic
+    def mu2x8(typingctx, num0, den0, num1, den1, W, off0, off1, eps):
+        # GNMF's update of one row of W from two 8-lane blocks: lanes
+        # W.ravel()[off:off + 8] *= num / den (eps where den is 0) for (num0, den0,
+        # off0) and (num1, den1, off1). Both blocks are loaded before either is
+        # stored, so they may overlap (rows of 9 to 15 columns): the shared lanes
+        # get the same value twice. NumPy's operations in NumPy's order: the
+        # quotient first, then the product.
+        def codegen(context, builder, sig, args):
+            ary = context.make_array(sig.args[4])(context, builder, args[4])
+
+            def ptr(i):
+                off = context.cast(builder, args[i], sig.args[i], types.intp)
+                return builder.bitcast(builder.gep(ary.data, [off]), v8.as_pointer())
+
+            ptrs = (ptr(5), ptr(6))
+            old = [builder.load(q, align=8) for q in ptrs]
+            e = context.cast(builder, args[7], sig.args[7], types.float64)
+            e = splat(builder, e, v8)
+            zero = ir.Constant(v8, [0.0] * 8)
+            for (n, d), w, q in zip(
+                ((args[0], args[1]), (args[2], args[3])), old, ptrs
+            ):
+                num = builder.load(acc_ptr(context, builder, None, n), align=8)
+                den = builder.load(acc_ptr(context, builder, None, d), align=8)
+                den = builder.select(builder.fcmp_ordered("==", den, zero), e, den)
+                builder.store(builder.fmul(w, builder.fdiv(num, den)), q, align=8)
+            return context.get_dummy_value()
+
+        return (
+            types.void(num0, den0, num1, den1, W, off0, off1, eps),
+            codegen,
+        )
+
+    globals().update(
+        _acc8=acc8, _zero8=zero8, _fma8=fma8, _add8=add8, _argmin8=argmin8, _mu2x8=mu2x8
+    )
 
 
 def _assign_chunk(
@@ -596,6 +640,124 @@ def _mu_update_chunk(num, den, W, eps):
         wf[v] *= nf[v] / d
 
 
+def _mu_rows_chunk(
+    X0, HbT, idxs, n_groups, G, offsets, pads, const, P, HHt, W, eps, start, stop
+):
+    # GNMF's W update of rows [start, stop), 8 <= k <= 16 columns (all float64,
+    # C-contiguous), with the numerator assembled in registers: per row
+    # num = X0[i] HbT + sum_g G[offsets[g] + r_g] (+ const), den = W[i] HHt, then
+    # W[i] *= num / den. Each row's k values are two 8-lane blocks, columns 0..7
+    # and k-8..k-1 (overlapping for k < 16), so no load or store leaves the row.
+    # Four rows per step: one row's chains (10 dependent FMAs for k = 10) left
+    # the CPU idle; two rows ran 1.8x and four 2.2x faster than one (2e5 x 10).
+    k = W.shape[1]
+    d0 = X0.shape[1]
+    h = k - 8
+    Hf = HbT.reshape(-1)
+    Gf = G.reshape(-1)
+    Mf = HHt.reshape(-1)
+    Wf = W.reshape(-1)
+    # a*: numerators, e*: denominators; *0 / *1 the two blocks; one letter per row.
+    aa0, aa1, ae0, ae1 = _acc8(), _acc8(), _acc8(), _acc8()
+    ba0, ba1, be0, be1 = _acc8(), _acc8(), _acc8(), _acc8()
+    ca0, ca1, ce0, ce1 = _acc8(), _acc8(), _acc8(), _acc8()
+    da0, da1, de0, de1 = _acc8(), _acc8(), _acc8(), _acc8()
+    for i in range(start, stop, 4):
+        # Past the end, the last rows repeat the first (computed, not stored).
+        i1 = i + 1 if i + 1 < stop else i
+        i2 = i + 2 if i + 2 < stop else i
+        i3 = i + 3 if i + 3 < stop else i
+        u0, u1, u2, u3 = _u(i), _u(i1), _u(i2), _u(i3)
+        _zero8(aa0)
+        _zero8(aa1)
+        _zero8(ae0)
+        _zero8(ae1)
+        _zero8(ba0)
+        _zero8(ba1)
+        _zero8(be0)
+        _zero8(be1)
+        _zero8(ca0)
+        _zero8(ca1)
+        _zero8(ce0)
+        _zero8(ce1)
+        _zero8(da0)
+        _zero8(da1)
+        _zero8(de0)
+        _zero8(de1)
+        for f in range(d0):
+            o = f * k
+            x0, x1, x2, x3 = X0[u0, f], X0[u1, f], X0[u2, f], X0[u3, f]
+            _fma8(aa0, x0, Hf, o)
+            _fma8(aa1, x0, Hf, o + h)
+            _fma8(ba0, x1, Hf, o)
+            _fma8(ba1, x1, Hf, o + h)
+            _fma8(ca0, x2, Hf, o)
+            _fma8(ca1, x2, Hf, o + h)
+            _fma8(da0, x3, Hf, o)
+            _fma8(da1, x3, Hf, o + h)
+        for g in range(n_groups):
+            # A select, not a branch: unmatched rows (-1) take the padding row.
+            pad = pads[g]
+            ix = idxs[g]
+            r0, r1, r2, r3 = ix[u0], ix[u1], ix[u2], ix[u3]
+            o0 = (offsets[g] + (r0 if r0 >= 0 else pad)) * k
+            o1 = (offsets[g] + (r1 if r1 >= 0 else pad)) * k
+            o2 = (offsets[g] + (r2 if r2 >= 0 else pad)) * k
+            o3 = (offsets[g] + (r3 if r3 >= 0 else pad)) * k
+            _add8(aa0, Gf, o0)
+            _add8(aa1, Gf, o0 + h)
+            _add8(ba0, Gf, o1)
+            _add8(ba1, Gf, o1 + h)
+            _add8(ca0, Gf, o2)
+            _add8(ca1, Gf, o2 + h)
+            _add8(da0, Gf, o3)
+            _add8(da1, Gf, o3 + h)
+        if P is not None:
+            # Rows of P: the numerator parts gathered before the loop.
+            o0, o1, o2, o3 = (
+                (i - start) * k,
+                (i1 - start) * k,
+                (i2 - start) * k,
+                (i3 - start) * k,
+            )
+            _add8(aa0, P, o0)
+            _add8(aa1, P, o0 + h)
+            _add8(ba0, P, o1)
+            _add8(ba1, P, o1 + h)
+            _add8(ca0, P, o2)
+            _add8(ca1, P, o2 + h)
+            _add8(da0, P, o3)
+            _add8(da1, P, o3 + h)
+        if const is not None:
+            _add8(aa0, const, 0)
+            _add8(aa1, const, h)
+            _add8(ba0, const, 0)
+            _add8(ba1, const, h)
+            _add8(ca0, const, 0)
+            _add8(ca1, const, h)
+            _add8(da0, const, 0)
+            _add8(da1, const, h)
+        for q in range(k):
+            o = q * k
+            w0, w1, w2, w3 = W[u0, q], W[u1, q], W[u2, q], W[u3, q]
+            _fma8(ae0, w0, Mf, o)
+            _fma8(ae1, w0, Mf, o + h)
+            _fma8(be0, w1, Mf, o)
+            _fma8(be1, w1, Mf, o + h)
+            _fma8(ce0, w2, Mf, o)
+            _fma8(ce1, w2, Mf, o + h)
+            _fma8(de0, w3, Mf, o)
+            _fma8(de1, w3, Mf, o + h)
+        # Every row's W is read above before any is written here.
+        if i3 != i:
+            _mu2x8(da0, de0, da1, de1, Wf, i3 * k, i3 * k + h, eps)
+        if i2 != i:
+            _mu2x8(ca0, ce0, ca1, ce1, Wf, i2 * k, i2 * k + h, eps)
+        if i1 != i:
+            _mu2x8(ba0, be0, ba1, be1, Wf, i1 * k, i1 * k + h, eps)
+        _mu2x8(aa0, ae0, aa1, ae1, Wf, i * k, i * k + h, eps)
+
+
 def _cross_chunk(idx, Zs, idxs, n_partners, offsets, weights, out, c, start, stop):
     # out (chunks, n_bins, C) float64; partner p fills columns offsets[p]:...
     A = out[c]
@@ -658,6 +820,7 @@ _SOURCES = {
     "accumulate": (_accumulate_chunk, _accumulate_rows),
     "segment_rows": (_segment_rows_chunk, None),  # serial only
     "mu_update": (_mu_update_chunk, None),  # serial only
+    "mu_rows": (_mu_rows_chunk, None),  # serial only
     "cross": (_cross_chunk, _cross_rows),
 }
 
@@ -947,6 +1110,87 @@ def mu_update(
     ):
         return False
     _launch("mu_update", 1, (), arrays + (eps,))
+    return True
+
+
+#: Row lengths of W that :func:`mu_rows` takes: two 8-lane blocks per row.
+MU_ROWS_COLUMNS = (8, 16)
+
+
+def mu_rows(
+    X0: np.ndarray,
+    HbT: np.ndarray,
+    idxs: list[np.ndarray],
+    G: np.ndarray,
+    offsets: np.ndarray,
+    pads: np.ndarray,
+    const: np.ndarray | None,
+    P: np.ndarray | None,
+    HHt: np.ndarray,
+    W: np.ndarray,
+    eps: float,
+    start: int,
+    stop: int,
+) -> bool:
+    """GNMF's multiplicative W update of rows ``[start, stop)`` (in place), the
+    numerator and denominator of each row computed in registers.
+
+    Per row ``i``: ``num = X0[i] @ HbT + sum_g G[offsets[g] + r_g] (+ P[i - start])
+    (+ const)`` with ``r_g = idxs[g][i]`` (``pads[g]`` where it is -1),
+    ``den = W[i] @ HHt`` (``eps`` where 0), ``W[i] *= num / den``. ``P`` holds
+    numerator parts gathered beforehand (the caller's ``np.take`` from tables too
+    large for cache, which it reads faster than this loop). This replaces the block's numerator assembly
+    (a small GEMM and one ``np.take`` per group), the GEMM ``W_b H H^T`` and the
+    element-wise update, which pass over ``n x k`` arrays in memory: at 2e5 x 10
+    with a 5-column base and two 1e4-row tables, 3.7 against 7.5 ms. Sums run in
+    another order than BLAS's, so W agrees with the NumPy pass to rounding.
+
+    Returns False, with ``W`` untouched, where the loop does not apply: ``W`` not
+    of 8 to 16 columns (:data:`MU_ROWS_COLUMNS`), an array not float64 or not
+    C-contiguous, or shapes that do not match.
+
+    Parameters
+    ----------
+    X0 : ndarray of shape (n, d0)
+        Dense identity source (``d0`` may be 0).
+    HbT : ndarray of shape (d0, k)
+    idxs : list of ndarray of int64 of shape (n,)
+    G : ndarray of shape (total, k)
+        The groups' tables, stacked: group ``g`` from row ``offsets[g]``.
+    offsets, pads : ndarray of int64 of shape (n_groups,)
+    const : ndarray of shape (k,) or None
+        Added to every numerator row.
+    P : ndarray of shape (stop - start, k) or None
+        Added to the numerator rows ``start`` to ``stop``.
+    HHt : ndarray of shape (k, k)
+    W : ndarray of shape (n, k)
+        Updated in place (rows ``start`` to ``stop``).
+    eps : float
+    start, stop : int
+    """
+    n, k = W.shape
+    d0 = X0.shape[1]
+    lo, hi = MU_ROWS_COLUMNS
+    arrays = [a for a in (X0, HbT, G, HHt, W, const, P) if a is not None]
+    if (
+        not lo <= k <= hi
+        or any(a.dtype != np.float64 or not a.flags.c_contiguous for a in arrays)
+        or X0.shape[0] != n
+        or HbT.shape != (d0, k)
+        or G.shape[1] != k
+        or HHt.shape != (k, k)
+        or (const is not None and const.shape != (k,))
+        or (P is not None and P.shape != (stop - start, k))
+    ):
+        return False
+    # Without groups the loop reads no index: a one-element stand-in.
+    tup, n_groups = _index_tuple(idxs, n if idxs else 1)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    pads = np.ascontiguousarray(pads, dtype=np.int64)
+    if _import_numba():
+        _define_vector_ops()
+    args = (X0, HbT, tup, n_groups, G, offsets, pads, const, P, HHt, W, float(eps))
+    _launch("mu_rows", 1, (), args + (int(start), int(stop)))
     return True
 
 

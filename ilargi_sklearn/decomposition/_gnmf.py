@@ -35,7 +35,9 @@ from sklearn.utils.extmath import squared_norm, svd_flip
 from sklearn.utils.validation import check_is_fitted, check_non_negative
 
 from ilargi_sklearn._backend._compiled import (
+    MU_ROWS_COLUMNS,
     CompiledUnavailable,
+    mu_rows,
     mu_update,
     numba_available,
     segment_sum_rows,
@@ -136,6 +138,11 @@ _BLOCK_ELEMENTS = 65_536
 # large data, so it runs on every layout.
 
 
+#: Tables (source rows x k) up to this size are read inside the compiled W update
+#: (mu_rows); larger ones are gathered by np.take before it.
+_INLINE_TABLE_BYTES = 2 * 2**20
+
+
 def _block_rows(n_samples, n_components):
     """Rows per block of the W pass."""
     return max(64, _BLOCK_ELEMENTS // max(n_components, 1))
@@ -183,11 +190,27 @@ class _BlockedNumerator:
             else np.asarray(offset, np.float64)
         )
         self.groups = [(g.idx, g.S, g.cols) for g in layout.groups]
-        # The extra last row stays zero: np.take(..., mode="wrap") maps -1 to it.
+        # The tables are row slices of one array (which the compiled update reads
+        # through offsets). The extra last row of each stays zero:
+        # np.take(..., mode="wrap") maps -1 to it.
+        sizes = [g.n_source_rows + 1 for g in layout.groups]
+        self.offsets = np.cumsum([0] + sizes[:-1], dtype=np.int64)
+        self.pads = np.asarray(sizes, dtype=np.int64) - 1
+        self.stacked = np.zeros((sum(sizes), n_components), dtype=dtype)
         self.tables = [
-            np.zeros((g.n_source_rows + 1, n_components), dtype=dtype)
-            for g in layout.groups
+            self.stacked[o : o + r] for o, r in zip(self.offsets, sizes, strict=True)
         ]
+        # The compiled row update (mu_rows) reads a dense float64 base, or none,
+        # and the tables that fit in cache; larger ones are gathered by np.take
+        # before it.
+        if self.base is None:
+            self.rows_base = np.empty((self.n_rows, 0), dtype=dtype)
+        elif self.base_sparse:
+            self.rows_base = None
+        else:
+            self.rows_base = self.base
+        row_bytes = n_components * dtype.itemsize
+        self.inline = [r * row_bytes <= _INLINE_TABLE_BYTES for r in sizes]
         self.HbT = None
         self.const = None
         # T'^T W: per group the segment sum I_g^T W, compiled or as a product with
@@ -272,6 +295,51 @@ class _BlockedNumerator:
         if self.offset is not None:
             self.const = (-(self.offset @ Hs.T.astype(np.float64))).astype(dtype)
 
+    def update_rows(self, W, HHt, start, stop, eps, buffers):
+        """The W update of rows ``[start, stop)`` by the compiled loop
+        (:func:`~ilargi_sklearn._backend._compiled.mu_rows`), the numerator
+        assembled in it. Returns False, with ``W`` untouched, where that loop does
+        not apply (a CSR base, not float64, fewer than 8 or more than 16
+        components): the caller then assembles the block and updates it.
+
+        Tables larger than ``_INLINE_TABLE_BYTES`` are gathered into ``buffers``
+        (:func:`_pass_buffers`) by ``np.take`` first: from tables out of cache
+        its loop reads faster than the fused one."""
+        k = W.shape[1]
+        if self.rows_base is None or not MU_ROWS_COLUMNS[0] <= k <= MU_ROWS_COLUMNS[1]:
+            return False
+        HbT = self.HbT
+        if HbT is None:
+            HbT = np.empty((0, k), dtype=self.dtype)
+        inline = [g for g, small in enumerate(self.inline) if small]
+        P = None
+        for g, (idx, _, _) in enumerate(self.groups):
+            if self.inline[g]:
+                continue
+            rows = idx[start:stop]
+            if P is None:
+                P = buffers[2][: stop - start]
+                np.take(self.tables[g], rows, axis=0, out=P, mode="wrap")
+            else:
+                tmp = buffers[0][: stop - start]
+                np.take(self.tables[g], rows, axis=0, out=tmp, mode="wrap")
+                P += tmp
+        return mu_rows(
+            self.rows_base,
+            HbT,
+            [self.groups[g][0] for g in inline],
+            self.stacked,
+            self.offsets[inline],
+            self.pads[inline],
+            self.const,
+            P,
+            HHt,
+            W,
+            eps,
+            start,
+            stop,
+        )
+
     def block(self, start, stop, out, tmp):
         """Rows ``[start, stop)`` of ``T' H^T`` into ``out`` (``tmp``: same shape)."""
         first = True
@@ -348,7 +416,10 @@ def _multiplicative_update_w(XHt, W, HHt, WtW=None, buffers=None, tw=False):
     pass over ``W``. ``XHt`` is not modified. With a :class:`_BlockedNumerator`
     the numerator block is assembled in a block-sized buffer first (no n x k
     ``T H^T``), and the parts of ``T'^T W`` it accumulates in the pass are added
-    from the updated block.
+    from the updated block. Where numba runs and the plan allows it (8 to 16
+    components, float64, a dense base or none), one compiled loop
+    (:meth:`_BlockedNumerator.update_rows`) computes each row's numerator and
+    denominator in registers and updates the block, with no block-sized arrays.
 
     Parameters
     ----------
@@ -376,44 +447,63 @@ def _multiplicative_update_w(XHt, W, HHt, WtW=None, buffers=None, tw=False):
     blocked = isinstance(XHt, _BlockedNumerator)
     if buffers is None:
         buffers = _pass_buffers(n_samples, n_components, W.dtype, blocked)
-    quo_buf, mask_buf = buffers[:2]
     tw = tw and blocked
     if tw:
         XHt.start_tw()
     if WtW is not None:
         WtW[...] = 0
-    # The element-wise step by the compiled loop where numba runs (looked up once
-    # per pass: it reads the environment), else by NumPy's operations.
+    # Where numba runs (looked up once per pass: it reads the environment), a
+    # plan's blocks are updated by one compiled loop that also assembles the
+    # numerator (mu_rows), else the element-wise step is compiled (mu_update);
+    # without numba, NumPy's operations.
     compiled = numba_available()
+    rows = compiled and blocked
     eps = W.dtype.type(EPSILON)
     for start in range(0, n_samples, block):
         stop = min(start + block, n_samples)
         W_b = W[start:stop]
-        quotient = quo_buf[: stop - start]
-        mask = mask_buf[: stop - start]
-        if blocked:
-            numerator = buffers[2][: stop - start]
-            # The quotient's buffer is free until the numerator is complete.
-            XHt.block(start, stop, numerator, quotient)
-        else:
-            numerator = XHt[start:stop]
-        np.dot(W_b, HHt, out=quotient)
         done = False
-        if compiled:
+        if rows:
             try:
-                done = mu_update(numerator, quotient, W_b, eps)
+                # Whether the loop applies is the same for every block.
+                done = rows = XHt.update_rows(W, HHt, start, stop, eps, buffers)
             except CompiledUnavailable:
-                compiled = False
+                compiled = rows = False
         if not done:
-            np.equal(quotient, 0, out=mask)
-            np.copyto(quotient, EPSILON, where=mask)
-            np.divide(numerator, quotient, out=quotient)
-            W_b *= quotient
+            compiled = _update_block(XHt, W_b, HHt, start, stop, buffers, compiled, eps)
         if WtW is not None:
             WtW += np.dot(W_b.T, W_b)
         if tw:
             XHt.add_tw(start, stop, W_b)
     return buffers
+
+
+def _update_block(XHt, W_b, HHt, start, stop, buffers, compiled, eps):
+    """One block of :func:`_multiplicative_update_w` without :func:`mu_rows`: the
+    numerator block (assembled, or a slice of ``XHt``), ``W_b H H^T``, then the
+    element-wise step (compiled where ``compiled``, else NumPy's operations).
+    Returns whether the compiled step is still to be used (False once it failed
+    to compile)."""
+    quotient = buffers[0][: stop - start]
+    if isinstance(XHt, _BlockedNumerator):
+        numerator = buffers[2][: stop - start]
+        # The quotient's buffer is free until the numerator is complete.
+        XHt.block(start, stop, numerator, quotient)
+    else:
+        numerator = XHt[start:stop]
+    np.dot(W_b, HHt, out=quotient)
+    if compiled:
+        try:
+            if mu_update(numerator, quotient, W_b, eps):
+                return True
+        except CompiledUnavailable:
+            compiled = False
+    mask = buffers[1][: stop - start]
+    np.equal(quotient, 0, out=mask)
+    np.copyto(quotient, EPSILON, where=mask)
+    np.divide(numerator, quotient, out=quotient)
+    W_b *= quotient
+    return compiled
 
 
 def _cross_term(plan, W, buffers):
