@@ -15,12 +15,12 @@ The E-step holds a block of 8 centers in one 8-lane vector, through small LLVM
 intrinsics (``_define_vector_ops``): numba keeps LLVM's SLP vectorizer off, and the
 scalar form (eight accumulators, a 7-compare tournament) ran 4.4 ms per pass over
 2e5 rows, 5 base columns and two 1e4-row tables, k=8, against 3.4 ms vectorized
-(one thread), with bitwise the same labels and partial distances, and 2.8-3.0 ms
-with the accumulator in a register (``_acc8``) and selects for unmatched rows.
-Most of what is left is the per-row work itself (with tables of 100 rows the pass
-takes 2.1-2.3 ms) and the two random table-row reads. Software prefetching of the
-table rows 16 rows ahead, two rows per step and tiles of 128-512 rows (the table
-reads in a separate loop per group) were measured too: no consistent gain.
+(one thread), with bitwise the same labels and partial distances, 2.8-3.0 ms
+with the accumulator in a register (``_acc8``) and selects for unmatched rows, and
+1.6 ms with four rows per step (one row's chain of dependent FMAs, adds and its
+arg-min had left the CPU waiting: about 43 cycles per row). Software prefetching of
+the table rows 16 rows ahead and tiles of 128-512 rows (the table reads in a
+separate loop per group) were measured too: no consistent gain.
 
 A fused gather-add for the plain products ``T @ x`` (1 to 16 columns) was measured
 too and is *not* used: on 2e5 target rows and two dimension tables it took 1.6 ms
@@ -364,12 +364,15 @@ def _assign_chunk(
     start,
     stop,
 ):
-    # Centers in blocks of 8, one 8-lane vector ``acc`` (float64) per block: the
-    # vector intrinsics above (``_define_vector_ops``). The arg-min of a block is a
-    # vector min tree and the first lane equal to it (as np.argmin).
+    # Centers in blocks of 8, one 8-lane vector per row and block: the vector
+    # intrinsics above (``_define_vector_ops``). The arg-min of a block is a
+    # vector min tree and the first lane equal to it (as np.argmin). Four rows
+    # per step (accumulators a, b, c, d): one row's chain of dependent FMAs, adds
+    # and its arg-min left the CPU waiting; four rows ran 2.5 against 1.6 ms per
+    # pass (2e5 rows, 5 base columns, two 1e4-row tables, k = 8).
     n_blocks, dc = C3.shape[0], C3.shape[1]
     d0 = X0.shape[1]
-    acc = _acc8()
+    a, b, c, d = _acc8(), _acc8(), _acc8(), _acc8()
     # Flat views: element offsets into C3 (n_blocks, dc, 8: dc = d0 for a dense
     # base, its number of columns for a CSR one), P3 (total, n_blocks, 8) and
     # bias2 (n_blocks, 8), all C-contiguous.
@@ -377,31 +380,72 @@ def _assign_chunk(
     Pf = P3.reshape(-1)
     bf = bias2.reshape(-1)
     row = 8 * n_blocks
-    for i in range(start, stop):
-        u = _u(i)
-        lab = 0
-        dmin = np.inf
+    for i in range(start, stop, 4):
+        # Past the end, the last rows repeat the first (the same values stored).
+        i1 = i + 1 if i + 1 < stop else i
+        i2 = i + 2 if i + 2 < stop else i
+        i3 = i + 3 if i + 3 < stop else i
+        u0, u1, u2, u3 = _u(i), _u(i1), _u(i2), _u(i3)
+        la = lb = lc = ld = 0
+        ma = mb = mc = md = np.inf
         for blk in range(n_blocks):
-            _zero8(acc)
+            _zero8(a)
+            _zero8(b)
+            _zero8(c)
+            _zero8(d)
             for f in range(d0):
-                _fma8(acc, X0[u, f] - o0[f], Cf, (blk * dc + f) * 8)
+                o = (blk * dc + f) * 8
+                of = o0[f]
+                _fma8(a, X0[u0, f] - of, Cf, o)
+                _fma8(b, X0[u1, f] - of, Cf, o)
+                _fma8(c, X0[u2, f] - of, Cf, o)
+                _fma8(d, X0[u3, f] - of, Cf, o)
             # A CSR base (ip None for a dense one: the branch is compiled out).
             if ip is not None:
-                for q in range(ip[u], ip[_u(i + 1)]):
-                    _fma8(acc, dat[_u(q)], Cf, (blk * dc + ind[_u(q)]) * 8)
+                o = blk * dc
+                for q in range(ip[u0], ip[_u(i + 1)]):
+                    _fma8(a, dat[_u(q)], Cf, (o + ind[_u(q)]) * 8)
+                for q in range(ip[u1], ip[_u(i1 + 1)]):
+                    _fma8(b, dat[_u(q)], Cf, (o + ind[_u(q)]) * 8)
+                for q in range(ip[u2], ip[_u(i2 + 1)]):
+                    _fma8(c, dat[_u(q)], Cf, (o + ind[_u(q)]) * 8)
+                for q in range(ip[u3], ip[_u(i3 + 1)]):
+                    _fma8(d, dat[_u(q)], Cf, (o + ind[_u(q)]) * 8)
             for g in range(n_groups):
                 # A select, not a branch (which mispredicts on scattered
                 # unmatched rows): the pad is loaded either way.
                 pad = pads[g]
-                r = idxs[g][u]
-                r = r if r >= 0 else pad
-                _add8(acc, Pf, (offsets[g] + r) * row + blk * 8)
-            m, lane = _argmin8(acc, bf, blk * 8)
-            t = m < dmin
-            dmin = m if t else dmin
-            lab = blk * 8 + lane if t else lab
-        labels[u] = lab
-        best[u] = dmin
+                ix = idxs[g]
+                og = offsets[g]
+                r0, r1, r2, r3 = ix[u0], ix[u1], ix[u2], ix[u3]
+                _add8(a, Pf, (og + (r0 if r0 >= 0 else pad)) * row + blk * 8)
+                _add8(b, Pf, (og + (r1 if r1 >= 0 else pad)) * row + blk * 8)
+                _add8(c, Pf, (og + (r2 if r2 >= 0 else pad)) * row + blk * 8)
+                _add8(d, Pf, (og + (r3 if r3 >= 0 else pad)) * row + blk * 8)
+            m, lane = _argmin8(a, bf, blk * 8)
+            t = m < ma
+            ma = m if t else ma
+            la = blk * 8 + lane if t else la
+            m, lane = _argmin8(b, bf, blk * 8)
+            t = m < mb
+            mb = m if t else mb
+            lb = blk * 8 + lane if t else lb
+            m, lane = _argmin8(c, bf, blk * 8)
+            t = m < mc
+            mc = m if t else mc
+            lc = blk * 8 + lane if t else lc
+            m, lane = _argmin8(d, bf, blk * 8)
+            t = m < md
+            md = m if t else md
+            ld = blk * 8 + lane if t else ld
+        labels[u3] = ld
+        best[u3] = md
+        labels[u2] = lc
+        best[u2] = mc
+        labels[u1] = lb
+        best[u1] = mb
+        labels[u0] = la
+        best[u0] = ma
 
 
 def _assign_rows(
