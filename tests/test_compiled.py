@@ -314,6 +314,25 @@ def test_kmeans_compiled_equals_numpy_and_sklearn(scenario, monkeypatch, spy_fus
         assert fused.n_iter_ == other.n_iter_
 
 
+@pytest.mark.parametrize("scenario", ["left", "sparse", "float32"])
+def test_kmeans_compiled_unit_weights(scenario, spy_fused):
+    # No sample_weight: the M-step reads no weights and the inertia's column
+    # sums of squares use the cached counts; the fit is the one with explicit
+    # unit weights (the same sums: w * x with w = 1 is x).
+    ds = random_dataset(4, n_rows=300, scenario=scenario)
+    X = _dense(ds)
+    init = X[np.random.default_rng(2).choice(X.shape[0], 5, replace=False)]
+    plain = FactorizedKMeans(5, init=init).fit(ds)
+    ones = FactorizedKMeans(5, init=init).fit(ds, sample_weight=np.ones(X.shape[0]))
+    assert len(spy_fused) == 2
+    np.testing.assert_array_equal(plain.labels_, ones.labels_)
+    np.testing.assert_array_equal(plain.cluster_centers_, ones.cluster_centers_)
+    np.testing.assert_allclose(plain.inertia_, ones.inertia_, rtol=1e-12)
+    ref = KMeans(5, init=init, n_init=1, algorithm="lloyd").fit(X)
+    np.testing.assert_array_equal(plain.labels_, ref.labels_)
+    np.testing.assert_allclose(plain.inertia_, ref.inertia_, rtol=_tol(X.dtype))
+
+
 def test_kmeans_compiled_relocates_empty_clusters(spy_fused):
     rng = np.random.default_rng(0)
     base = rng.random((120, 2))

@@ -591,10 +591,13 @@ def _accumulate_chunk(
     ws = wsum[c]
     sc = sums0[c]
     cc = cnt[c]
+    # Unit weights come as None (numba compiles that case without their reads).
+    wi = 1.0
     for i in range(start, stop):
         u = _u(i)
         lab = _u(labels[u])
-        wi = weights[u]
+        if weights is not None:
+            wi = weights[u]
         ws[lab] += wi
         s = sc[lab]
         Xi = X0[u]
@@ -612,7 +615,9 @@ def _accumulate_chunk(
             u = _u(i)
             r = ig[u]
             r = r if r >= 0 else pad
-            cc[_u((base + r) * k + labels[u])] += weights[u]
+            if weights is not None:
+                wi = weights[u]
+            cc[_u((base + r) * k + labels[u])] += wi
 
 
 def _accumulate_rows(
@@ -1060,7 +1065,7 @@ def fused_accumulate(
     idxs: list[np.ndarray],
     offsets: np.ndarray,
     pads: np.ndarray,
-    weights: np.ndarray,
+    weights: np.ndarray | None,
     labels: np.ndarray,
     n_clusters: int,
     total: int,
@@ -1068,6 +1073,7 @@ def fused_accumulate(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Fused k-means M-step sums over all target rows.
 
+    ``weights`` None stands for unit weights (the passes then read no weights).
     Returns ``wsum`` (the weight of each cluster, shape ``(k,)``), ``sums0``
     (``sum_i w_i (X0[i] - o0)`` per cluster, ``(k, d0)``; ``X0`` dense or CSR) and ``cnt`` (per
     row group, the weighted number of target rows of each (source row, cluster)

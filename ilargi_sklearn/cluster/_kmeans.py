@@ -621,7 +621,8 @@ class _FusedLloyd:
         return C0
 
     def step(self, centers, weights, *, update, labels_in=None, labels_out=None):
-        """One fused E-step (and the M-step sums when ``update``).
+        """One fused E-step (and the M-step sums when ``update``; ``weights`` None
+        for unit weights).
 
         Returns ``(labels, best, sums, cluster_weights)``: ``best[i]`` is the
         partial distance of row ``i`` to its center, ``sums`` the center sums
@@ -687,7 +688,14 @@ class _FusedLloyd:
 
 
 def _kmeans_single_lloyd_fused(
-    fused, op, sample_weight, centers_init, x_squared_norms, max_iter, tol
+    fused,
+    op,
+    sample_weight,
+    centers_init,
+    x_squared_norms,
+    max_iter,
+    tol,
+    unit_weights=False,
 ):
     """:func:`_kmeans_single_lloyd` with the compiled fused iteration.
 
@@ -695,13 +703,16 @@ def _kmeans_single_lloyd_fused(
     no ``n x n_clusters`` array is built and the n-sized workspaces (labels, partial
     distances) are reused across iterations. ``x_squared_norms`` may be None: it is
     then computed only if an empty cluster must be relocated, and the inertia takes
-    ``sum_i w_i ||x_i||^2`` from the weighted column sums of squares.
+    ``sum_i w_i ||x_i||^2`` from the weighted column sums of squares. With
+    ``unit_weights`` (``sample_weight`` all ones, as the caller made it) the M-step
+    reads no weights and the column sums of squares use the dataset's cached
+    per-row counts.
     """
     dtype = fused.dtype
     n = op.n_rows
     label_buffers = [np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32)]
     # The kernel reads float64 weights: convert once, not per iteration.
-    weights64 = np.asarray(sample_weight, dtype=np.float64)
+    weights64 = None if unit_weights else np.asarray(sample_weight, dtype=np.float64)
     centers = centers_init
     labels_old = None
     labels = None
@@ -742,7 +753,8 @@ def _kmeans_single_lloyd_fused(
         )
     if x_squared_norms is None:
         # sum_i w_i (||x_i||^2 + best_i), each part summed on its own.
-        norms = float(np.sum(op.col_sq_sums(sample_weight), dtype=np.float64))
+        col_weights = None if unit_weights else sample_weight
+        norms = float(np.sum(op.col_sq_sums(col_weights), dtype=np.float64))
         inertia = max(norms + float(best @ sample_weight), 0.0)
     else:
         d = x_squared_norms + best
@@ -1127,6 +1139,7 @@ class FactorizedKMeans(
         tol = _tolerance(op, self.tol)
         n_init = self._resolve_n_init()
         random_state = check_random_state(self.random_state)
+        unit_weights = sample_weight is None
         if on_device and sample_weight is None:
             # Unit weights made where they are used (no n-length upload).
             sample_weight = xp.ones(
@@ -1199,6 +1212,7 @@ class FactorizedKMeans(
                         x_squared_norms,
                         self.max_iter,
                         tol,
+                        unit_weights,
                     )
                 except CompiledUnavailable:
                     fused = None  # the same run on the NumPy kernels, below
