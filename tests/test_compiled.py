@@ -728,11 +728,16 @@ def test_mu_rows_equals_numpy(k, const, d0, gathered):
             rows = idxs[1][start:stop]
             P = G[offsets[1] + np.where(rows >= 0, rows, pads[1])]
         got = W.copy()
+        WW = np.full((k, 16), 2.0)  # the gram is added to what it holds
         args = (X0, HbT, idxs[:n_in], G, offsets[:n_in], pads[:n_in], c, P, HHt)
-        assert _compiled.mu_rows(*args, got, eps, start, stop)
+        assert _compiled.mu_rows(*args, got, eps, WW, start, stop)
         np.testing.assert_allclose(got[start:stop], expected[start:stop], rtol=1e-13)
         np.testing.assert_array_equal(got[:start], W[:start])
         np.testing.assert_array_equal(got[stop:], W[stop:])
+        new = expected[start:stop]
+        np.testing.assert_allclose(
+            _compiled.mu_rows_gram(WW, k) - 2.0, new.T @ new, rtol=1e-12, atol=1e-12
+        )
 
 
 def test_mu_rows_declines_what_it_does_not_take():
@@ -758,13 +763,16 @@ def test_mu_rows_declines_what_it_does_not_take():
         "wrong HbT": {1: HbT[:2]},
         "wrong const": {6: c[:9]},
         "wrong P": {7: np.ones((5, 10))},
+        "wrong WW": {"WW": np.zeros((10, 8))},
     }
     for what, changes in cases.items():
         a = list(args)
         for i, v in changes.items():
-            a[i] = v
+            if isinstance(i, int):
+                a[i] = v
+        WW = changes.get("WW", np.zeros((a[9].shape[1], 16)))
         before = a[9].copy()
-        assert not _compiled.mu_rows(*a, 1e-10, 0, a[9].shape[0]), what
+        assert not _compiled.mu_rows(*a, 1e-10, WW, 0, a[9].shape[0]), what
         np.testing.assert_array_equal(a[9], before)
 
 

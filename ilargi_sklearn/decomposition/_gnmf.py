@@ -38,6 +38,7 @@ from ilargi_sklearn._backend._compiled import (
     MU_ROWS_COLUMNS,
     CompiledUnavailable,
     mu_rows,
+    mu_rows_gram,
     mu_update,
     numba_available,
     segment_sum_rows,
@@ -211,6 +212,8 @@ class _BlockedNumerator:
             self.rows_base = self.base
         row_bytes = n_components * dtype.itemsize
         self.inline = [r * row_bytes <= _INLINE_TABLE_BYTES for r in sizes]
+        # mu_rows' sum of W^T W over a pass, in its layout (mu_rows_gram).
+        self.rows_WW = np.zeros((n_components, 16))
         self.HbT = None
         self.const = None
         # T'^T W: per group the segment sum I_g^T W, compiled or as a product with
@@ -336,6 +339,7 @@ class _BlockedNumerator:
             HHt,
             W,
             eps,
+            self.rows_WW,
             start,
             stop,
         )
@@ -458,6 +462,8 @@ def _multiplicative_update_w(XHt, W, HHt, WtW=None, buffers=None, tw=False):
     # without numba, NumPy's operations.
     compiled = numba_available()
     rows = compiled and blocked
+    if rows:
+        XHt.rows_WW.fill(0)
     eps = W.dtype.type(EPSILON)
     for start in range(0, n_samples, block):
         stop = min(start + block, n_samples)
@@ -465,16 +471,19 @@ def _multiplicative_update_w(XHt, W, HHt, WtW=None, buffers=None, tw=False):
         done = False
         if rows:
             try:
-                # Whether the loop applies is the same for every block.
+                # Whether the loop applies is the same for every block (the
+                # first decides); it sums the updated rows' W^T W too.
                 done = rows = XHt.update_rows(W, HHt, start, stop, eps, buffers)
             except CompiledUnavailable:
                 compiled = rows = False
         if not done:
             compiled = _update_block(XHt, W_b, HHt, start, stop, buffers, compiled, eps)
-        if WtW is not None:
-            WtW += np.dot(W_b.T, W_b)
+            if WtW is not None:
+                WtW += np.dot(W_b.T, W_b)
         if tw:
             XHt.add_tw(start, stop, W_b)
+    if rows and WtW is not None:
+        WtW += mu_rows_gram(XHt.rows_WW, n_components)
     return buffers
 
 
