@@ -87,13 +87,17 @@ def _reference_assign(X0, o0, C0, idxs, P, offsets, pads, bias):
     return partial.argmin(axis=1), partial
 
 
+# The M-step keeps its sums in registers for k <= 8 and a dense base of up to 12
+# columns (d0 = 4), in memory otherwise (k = 11, d0 = 13, a CSR base).
 @pytest.mark.parametrize("base", ["dense", "csr"])
 @pytest.mark.parametrize("k", [3, 8, 11])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_assign_and_accumulate_match_numpy(k, dtype, base):
+@pytest.mark.parametrize("d0", [4, 13])
+def test_assign_and_accumulate_match_numpy(k, dtype, base, d0):
     rng = np.random.default_rng(k)
-    # 503 rows: the E-step's last step of four rows is partial.
-    n, d0, r = 503, 4, 7
+    # 503 rows: the E-step's last step of four rows is partial (and the M-step's
+    # of two).
+    n, r = 503, 7
     X0 = rng.standard_normal((n, d0)).astype(dtype)
     o0 = rng.standard_normal(d0).astype(dtype)
     Xk = X0

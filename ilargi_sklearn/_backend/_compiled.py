@@ -162,7 +162,7 @@ def n_threads() -> int:
 # labels and partial distances are bitwise those of the scalar kernel. Defined on
 # first use (numba is imported lazily) by :func:`fused_assign`.
 _acc8 = _zero8 = _fma8 = _add8 = _argmin8 = _mu2x8 = _addto8 = None
-_accs24 = _slot = None
+_accs24 = _slot = _addlane8 = None
 
 
 def _define_vector_ops() -> None:
@@ -375,8 +375,28 @@ def _build_vector_ops() -> None:
 
         return types.CPointer(types.float64)(accs, q), codegen
 
+    @intrinsic
+    def addlane8(typingctx, acc, lane, value):
+        # acc[lane] += value, the other lanes unchanged (a select, no branch).
+        def codegen(context, builder, sig, args):
+            ptr = acc_ptr(context, builder, None, args[0])
+            acc = builder.load(ptr, align=8)
+            lane = context.cast(builder, args[1], sig.args[1], types.int64)
+            value = context.cast(builder, args[2], sig.args[2], types.float64)
+            hit = builder.icmp_signed(
+                "==",
+                ir.Constant(ir.VectorType(i64, 8), list(range(8))),
+                splat(builder, lane, ir.VectorType(i64, 8)),
+            )
+            new = builder.fadd(acc, splat(builder, value, v8))
+            builder.store(builder.select(hit, new, acc), ptr, align=8)
+            return context.get_dummy_value()
+
+        return types.void(acc, lane, value), codegen
+
     globals().update(
         _acc8=acc8,
+        _addlane8=addlane8,
         _zero8=zero8,
         _fma8=fma8,
         _add8=add8,
@@ -635,19 +655,62 @@ def _accumulate_chunk(
     cc = cnt[c]
     # Unit weights come as None (numba compiles that case without their reads).
     wi = 1.0
-    for i in range(start, stop):
-        u = _u(i)
-        lab = _u(labels[u])
-        if weights is not None:
-            wi = weights[u]
-        ws[lab] += wi
-        s = sc[lab]
-        Xi = X0[u]
-        for f in range(d0):
-            s[f] += wi * (Xi[f] - o0[f])
-        if ip is not None:
-            for q in range(ip[u], ip[_u(i + 1)]):
-                s[_u(ind[_u(q)])] += wi * dat[_u(q)]
+    if ip is None and k <= 8 and d0 <= 12:
+        # Up to 8 clusters, a dense base of up to 12 columns: the sums in
+        # registers, one 8-lane vector per column with a lane per cluster (two
+        # sets, for even and odd rows), each row added to its cluster's lane by
+        # a select: no stores, no chains through memory when rows share a
+        # cluster. 0.63 against 0.98 ms at 2e5 x 5, k = 8.
+        A = _accs24()
+        for q in range(24):
+            _zero8(_slot(A, q))
+        w0, w1 = _acc8(), _acc8()
+        _zero8(w0)
+        _zero8(w1)
+        wj = 1.0
+        for i in range(start, stop - 1, 2):
+            u, v = _u(i), _u(i + 1)
+            la, lb = labels[u], labels[v]
+            if weights is not None:
+                wi, wj = weights[u], weights[v]
+            for f in range(12):
+                if f < d0:
+                    _addlane8(_slot(A, f), la, wi * (X0[u, f] - o0[f]))
+                    _addlane8(_slot(A, 12 + f), lb, wj * (X0[v, f] - o0[f]))
+            _addlane8(w0, la, wi)
+            _addlane8(w1, lb, wj)
+        if (stop - start) % 2:
+            u = _u(stop - 1)
+            la = labels[u]
+            if weights is not None:
+                wi = weights[u]
+            for f in range(12):
+                if f < d0:
+                    _addlane8(_slot(A, f), la, wi * (X0[u, f] - o0[f]))
+            _addlane8(w0, la, wi)
+        buf = np.zeros(26 * 8)
+        for q in range(24):
+            _addto8(buf, q * 8, _slot(A, q))
+        _addto8(buf, 24 * 8, w0)
+        _addto8(buf, 25 * 8, w1)
+        for j in range(k):
+            ws[j] += buf[24 * 8 + j] + buf[25 * 8 + j]
+            for f in range(d0):
+                sc[j, f] += buf[f * 8 + j] + buf[(12 + f) * 8 + j]
+    else:
+        for i in range(start, stop):
+            u = _u(i)
+            lab = _u(labels[u])
+            if weights is not None:
+                wi = weights[u]
+            ws[lab] += wi
+            s = sc[lab]
+            Xi = X0[u]
+            for f in range(d0):
+                s[f] += wi * (Xi[f] - o0[f])
+            if ip is not None:
+                for q in range(ip[u], ip[_u(i + 1)]):
+                    s[_u(ind[_u(q)])] += wi * dat[_u(q)]
     # One index vector at a time: one stream of reads per pass.
     for g in range(n_groups):
         ig = idxs[g]
