@@ -464,6 +464,7 @@ def _multiplicative_update_w(XHt, W, HHt, WtW=None, buffers=None, tw=False):
     rows = compiled and blocked
     if rows:
         XHt.rows_WW.fill(0)
+    summed = False  # whether some block's W^T W is in XHt.rows_WW
     eps = W.dtype.type(EPSILON)
     for start in range(0, n_samples, block):
         stop = min(start + block, n_samples)
@@ -471,18 +472,20 @@ def _multiplicative_update_w(XHt, W, HHt, WtW=None, buffers=None, tw=False):
         done = False
         if rows:
             try:
-                # Whether the loop applies is the same for every block (the
-                # first decides); it sums the updated rows' W^T W too.
+                # The loop applies to every block or to none (the first block
+                # decides); it sums the updated rows' W^T W too.
                 done = rows = XHt.update_rows(W, HHt, start, stop, eps, buffers)
             except CompiledUnavailable:
                 compiled = rows = False
-        if not done:
+        if done:
+            summed = True
+        else:
             compiled = _update_block(XHt, W_b, HHt, start, stop, buffers, compiled, eps)
             if WtW is not None:
                 WtW += np.dot(W_b.T, W_b)
         if tw:
             XHt.add_tw(start, stop, W_b)
-    if rows and WtW is not None:
+    if summed and WtW is not None:
         WtW += mu_rows_gram(XHt.rows_WW, n_components)
     return buffers
 
