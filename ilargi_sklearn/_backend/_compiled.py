@@ -813,6 +813,9 @@ def _mu_rows_chunk(
     Mf = HHt.reshape(-1)
     Wf = W.reshape(-1)
     # a*: numerators, e*: denominators; *0 / *1 the two blocks; one letter per row.
+    # Written out row by row on purpose: the same work as loops over the four
+    # rows, with the accumulators indexed like the gram's below, made fits 25%
+    # slower (235 against 187 ms: the rows' operations no longer interleave).
     aa0, aa1, ae0, ae1 = _acc8(), _acc8(), _acc8(), _acc8()
     ba0, ba1, be0, be1 = _acc8(), _acc8(), _acc8(), _acc8()
     ca0, ca1, ce0, ce1 = _acc8(), _acc8(), _acc8(), _acc8()
