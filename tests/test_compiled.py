@@ -1,5 +1,6 @@
 """Compiled (numba) kernels: equal to the NumPy paths, optional, never imported early."""
 
+import os
 import subprocess
 import sys
 
@@ -588,6 +589,35 @@ def test_compile_failure_falls_back_to_numpy(monkeypatch, caplog):
     monkeypatch.setattr(_compiled, "_kernel", lambda name: (failing, failing))
     with pytest.raises(ValueError, match="not a compile failure"):
         FactorizedKMeans(**kw).fit(ds)
+
+
+def test_accumulate_alone_in_a_fresh_process(tmp_path):
+    # The M-step kernel uses the vector intrinsics too: called before any E-step
+    # it defines them itself (no compile failure, no fallback warning). An empty
+    # numba cache, so that the kernel compiles here.
+    code = (
+        "import logging, numpy as np\n"
+        "logging.basicConfig(level=logging.WARNING)\n"
+        "from ilargi_sklearn._backend import _compiled as c\n"
+        "rng = np.random.default_rng(0)\n"
+        "X0 = rng.random((101, 3)); lab = rng.integers(0, 4, 101).astype(np.int32)\n"
+        "w, s, _ = c.fused_accumulate(X0, np.zeros(3), [], np.zeros(0, np.int64),"
+        " np.zeros(0, np.int64), None, lab, 4, 0)\n"
+        "ref = np.zeros((4, 3)); np.add.at(ref, lab, X0)\n"
+        "print(np.allclose(s, ref), np.allclose(w, np.bincount(lab, minlength=4)),"
+        " c.numba_available())\n"
+    )
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    env.pop(_compiled.NO_NUMBA_ENV, None)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    assert out.stdout.split() == ["True", "True", "True"], out.stdout + out.stderr
+    assert "could not compile" not in out.stderr
 
 
 # ------------------------------------------------------------- segment row sums

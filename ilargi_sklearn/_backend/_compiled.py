@@ -161,7 +161,8 @@ def n_threads() -> int:
 # lane by lane (products in the sources' dtype, sums in float64, ``a + x * c``
 # contracted to an FMA where the CPU has one, as ``fastmath={"contract"}`` did), so
 # labels and partial distances are bitwise those of the scalar kernel. Defined on
-# first use (numba is imported lazily) by :func:`fused_assign`.
+# first use (numba is imported lazily) by the launchers of the kernels that use
+# them: :func:`fused_assign`, :func:`fused_accumulate` and :func:`mu_rows`.
 _acc8 = _zero8 = _fma8 = _add8 = _argmin8 = _mu2x8 = _addto8 = None
 _accs24 = _slot = _addlane8 = None
 
@@ -1228,6 +1229,8 @@ def fused_accumulate(
     X0d, ip, ind, dat = _base_arrays(X0, o0)
     head = (X0d, o0, ip, ind, dat, tup, n_groups, offsets, pads, weights, labels)
     tail = (b["wsum"], b["sums0"], b["cnt"])
+    if _import_numba():
+        _define_vector_ops()
     _launch("accumulate", n_chunks, head + tail + (n_chunks,), head + tail + (0, 0, n))
     if n_chunks == 1:
         return b["wsum"][0], b["sums0"][0], b["cnt"][0].reshape(total, k)
