@@ -772,6 +772,10 @@ def test_mu_rows_equals_numpy(k, const, d0, gathered):
         np.testing.assert_allclose(
             _compiled.mu_rows_gram(WW, k) - 2.0, new.T @ new, rtol=1e-12, atol=1e-12
         )
+        # Without the gram (as transform asks): the same update.
+        alone = W.copy()
+        assert _compiled.mu_rows(*args, alone, eps, None, start, stop)
+        np.testing.assert_array_equal(alone, got)
 
 
 def test_mu_rows_declines_what_it_does_not_take():

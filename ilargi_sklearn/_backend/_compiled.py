@@ -918,7 +918,9 @@ def _mu_rows_chunk(
     # W^T W of the updated rows (in L1/L2 now) into WW (k, 16): rows 0-7 in both
     # blocks, rows 8 to k-1 in the second only (the rest is their transpose),
     # 24 accumulators in registers: 1.4 against 3.7 ms for BLAS's per-block
-    # products (2e5 x 10, blocks of 6,553 rows).
+    # products (2e5 x 10, blocks of 6,553 rows). None: not wanted (transform).
+    if WW is None:
+        return
     A = _accs24()
     for q in range(24):
         _zero8(_slot(A, q))
@@ -1352,9 +1354,9 @@ def mu_rows(
     W : ndarray of shape (n, k)
         Updated in place (rows ``start`` to ``stop``).
     eps : float
-    WW : ndarray of float64 of shape (k, 16)
+    WW : ndarray of float64 of shape (k, 16) or None
         ``W^T W`` of the updated rows is added to it in the loop's layout
-        (:func:`mu_rows_gram` takes the k x k matrix out).
+        (:func:`mu_rows_gram` takes the k x k matrix out); None skips it.
     start, stop : int
     """
     n, k = W.shape
@@ -1363,7 +1365,7 @@ def mu_rows(
     arrays = [a for a in (X0, HbT, G, HHt, W, const, P, WW) if a is not None]
     if (
         not lo <= k <= hi
-        or WW.shape != (k, 16)
+        or (WW is not None and WW.shape != (k, 16))
         or any(a.dtype != np.float64 or not a.flags.c_contiguous for a in arrays)
         or X0.shape[0] != n
         or HbT.shape != (d0, k)

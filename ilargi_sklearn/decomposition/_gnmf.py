@@ -298,10 +298,11 @@ class _BlockedNumerator:
         if self.offset is not None:
             self.const = (-(self.offset @ Hs.T.astype(np.float64))).astype(dtype)
 
-    def update_rows(self, W, HHt, start, stop, eps, buffers):
+    def update_rows(self, W, HHt, start, stop, eps, buffers, gram=True):
         """The W update of rows ``[start, stop)`` by the compiled loop
         (:func:`~ilargi_sklearn._backend._compiled.mu_rows`), the numerator
-        assembled in it. Returns False, with ``W`` untouched, where that loop does
+        assembled in it, and with ``gram`` the rows' ``W^T W`` added to
+        ``rows_WW``. Returns False, with ``W`` untouched, where that loop does
         not apply (a CSR base, not float64, fewer than 8 or more than 16
         components): the caller then assembles the block and updates it.
 
@@ -339,7 +340,7 @@ class _BlockedNumerator:
             HHt,
             W,
             eps,
-            self.rows_WW,
+            self.rows_WW if gram else None,
             start,
             stop,
         )
@@ -473,8 +474,10 @@ def _multiplicative_update_w(XHt, W, HHt, WtW=None, buffers=None, tw=False):
         if rows:
             try:
                 # The loop applies to every block or to none (the first block
-                # decides); it sums the updated rows' W^T W too.
-                done = rows = XHt.update_rows(W, HHt, start, stop, eps, buffers)
+                # decides); it sums the updated rows' W^T W too when wanted.
+                done = rows = XHt.update_rows(
+                    W, HHt, start, stop, eps, buffers, gram=WtW is not None
+                )
             except CompiledUnavailable:
                 compiled = rows = False
         if done:
@@ -609,14 +612,15 @@ def _fit_multiplicative_update(
     error = None
     HHt = None
     buffers = None
+    wtw = False  # whether the last W pass computed W^T W
     for n_iter in range(1, max_iter + 1):
         if XHt is None:
             XHt = _t_ht(op, H, W.dtype)
         if HHt is None:
             HHt = np.dot(H, H.T)
-        buffers = _multiplicative_update_w(
-            XHt, W, HHt, WtW if update_H or check else None, buffers
-        )
+        # W^T W: for the H update, or (H fixed) for this iteration's loss check.
+        wtw = update_H or (check and n_iter % 10 == 0)
+        buffers = _multiplicative_update_w(XHt, W, HHt, WtW if wtw else None, buffers)
         error = None
         if update_H:
             H = _multiplicative_update_h(op, W, H, WtW)
@@ -635,7 +639,7 @@ def _fit_multiplicative_update(
     if error is None and return_error:
         XHt = _t_ht(op, H, W.dtype) if XHt is None else XHt
         # W^T W is current when the last W update accumulated it.
-        error = _frobenius_error(norm_X, W, H, XHt, WtW if update_H or check else None)
+        error = _frobenius_error(norm_X, W, H, XHt, WtW if wtw else None)
     return W, H, n_iter, error
 
 
@@ -663,14 +667,17 @@ def _fit_blocked(op, layout, W, H, max_iter, tol, update_H, return_error, norm_X
     previous_error = error_at_init
     error = None
     HHt = None
+    wtw = False  # whether the last W pass computed W^T W
     for n_iter in range(1, max_iter + 1):
         if stale:
             plan.prepare(H)
             stale = False
         if HHt is None:
             HHt = np.dot(H, H.T)
+        # W^T W: for the H update, or (H fixed) for this iteration's loss check.
+        wtw = update_H or (check and n_iter % 10 == 0)
         _multiplicative_update_w(
-            plan, W, HHt, WtW if update_H or check else None, buffers, tw=update_H
+            plan, W, HHt, WtW if wtw else None, buffers, tw=update_H
         )
         error = None
         if update_H:
@@ -691,7 +698,7 @@ def _fit_blocked(op, layout, W, H, max_iter, tol, update_H, return_error, norm_X
     if error is None and return_error:
         if stale:
             plan.prepare(H)
-        WtW = WtW if update_H or check else np.dot(W.T, W)
+        WtW = WtW if wtw else np.dot(W.T, W)
         error = _frobenius_error_from_cross(
             norm_X, WtW, H, _cross_term(plan, W, buffers)
         )
