@@ -662,7 +662,8 @@ def _accumulate_chunk(
         # registers, one 8-lane vector per column with a lane per cluster (two
         # sets, for even and odd rows), each row added to its cluster's lane by
         # a select: no stores, no chains through memory when rows share a
-        # cluster. 0.63 against 0.98 ms at 2e5 x 5, k = 8.
+        # cluster. The whole M-step (2e5 x 5, two 1e4-row tables, k = 8, unit
+        # weights): 1.17-1.24 against 1.22-1.32 ms.
         A = _accs24()
         for q in range(24):
             _zero8(_slot(A, q))

@@ -212,6 +212,13 @@ class _BlockedNumerator:
             self.rows_base = self.base
         row_bytes = n_components * dtype.itemsize
         self.inline = [r * row_bytes <= _INLINE_TABLE_BYTES for r in sizes]
+        inline = [g for g, small in enumerate(self.inline) if small]
+        self.inline_rows = (
+            [self.groups[g][0] for g in inline],
+            self.offsets[inline],
+            self.pads[inline],
+        )
+        self.no_base_HbT = np.empty((0, n_components), dtype=dtype)
         # mu_rows' sum of W^T W over a pass, in its layout (mu_rows_gram).
         self.rows_WW = np.zeros((n_components, 16))
         self.HbT = None
@@ -312,10 +319,8 @@ class _BlockedNumerator:
         k = W.shape[1]
         if self.rows_base is None or not MU_ROWS_COLUMNS[0] <= k <= MU_ROWS_COLUMNS[1]:
             return False
-        HbT = self.HbT
-        if HbT is None:
-            HbT = np.empty((0, k), dtype=self.dtype)
-        inline = [g for g, small in enumerate(self.inline) if small]
+        HbT = self.no_base_HbT if self.HbT is None else self.HbT
+        idxs, offsets, pads = self.inline_rows
         P = None
         for g, (idx, _, _) in enumerate(self.groups):
             if self.inline[g]:
@@ -331,10 +336,10 @@ class _BlockedNumerator:
         return mu_rows(
             self.rows_base,
             HbT,
-            [self.groups[g][0] for g in inline],
+            idxs,
             self.stacked,
-            self.offsets[inline],
-            self.pads[inline],
+            offsets,
+            pads,
             self.const,
             P,
             HHt,
