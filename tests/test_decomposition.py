@@ -218,9 +218,14 @@ def test_float32_is_preserved():
 def test_n_components_defaults():
     X = np.random.default_rng(0).random((30, 4))
     assert FactorizedGNMF(max_iter=5).fit(X).n_components_ == 4
+    assert FactorizedGNMF(None, max_iter=5).fit(X).n_components_ == 4
     W0, H0 = _init(30, 4, 2)
-    est = FactorizedGNMF("auto", init="custom", max_iter=5).fit(X, W=W0, H=H0)
+    # The default "auto" takes the rank of a custom H, as scikit-learn's NMF does.
+    assert FactorizedGNMF().get_params()["n_components"] == NMF().n_components
+    est = FactorizedGNMF(init="custom", max_iter=5).fit(X, W=W0, H=H0)
     assert est.n_components_ == 2
+    with pytest.raises(ValueError, match="Expected 4"):
+        FactorizedGNMF(None, init="custom", max_iter=5).fit(X, W=W0, H=H0)
     assert list(est.get_feature_names_out()) == ["factorizedgnmf0", "factorizedgnmf1"]
 
 

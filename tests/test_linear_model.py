@@ -153,28 +153,80 @@ def test_linear_sparse_input_and_lsqr_path(monkeypatch):
     assert dense_gram.n_iter_ == 1
     # Force the large-sparse path: LSQR on the implicitly centered operator.
     monkeypatch.setattr(linear_module, "_MAX_DENSE_GRAM_FEATURES", 10)
+    # At the default tol=1e-6 both libraries run the same LSQR on sparse input:
+    # the same iterations, the same (1e-6-precise) solution.
+    sk_sparse = LinearRegression().fit(X, y, sample_weight=sw)
     est = FactorizedLinearRegression().fit(X, y, sample_weight=sw)
     assert est.n_iter_ > 1
-    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-7, atol=1e-9)
-    np.testing.assert_allclose(est.intercept_, ref.intercept_, rtol=1e-7)
+    np.testing.assert_allclose(est.coef_, sk_sparse.coef_, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(est.intercept_, sk_sparse.intercept_, rtol=1e-10)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-4, atol=1e-5)
+    # A smaller tol is the stricter mode: more iterations, the exact solution.
+    strict = FactorizedLinearRegression(tol=1e-12).fit(X, y, sample_weight=sw)
+    assert strict.n_iter_ > est.n_iter_
+    np.testing.assert_allclose(strict.coef_, ref.coef_, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(strict.intercept_, ref.intercept_, rtol=1e-7)
     Y = np.column_stack([y, -2 * y + 1])
-    multi = FactorizedLinearRegression().fit(X, Y)
+    multi = FactorizedLinearRegression(tol=1e-12).fit(X, Y)
     np.testing.assert_allclose(
         multi.predict(X), LinearRegression().fit(X.toarray(), Y).predict(X), rtol=1e-7
     )
 
 
+@pytest.mark.parametrize(
+    "shape, tol, iter_lim",
+    [
+        ((300, 40), 1e-6, None),
+        ((200, 500), 1e-10, None),
+        ((300, 40), 0.0, None),
+        ((300, 40), 1e-12, 3),
+    ],
+)
+def test_lsqr_is_scipys_with_the_residual_updated_in_place(shape, tol, iter_lim):
+    # scikit-learn's sparse LinearRegression calls scipy's lsqr: ours runs the same
+    # iterations to the same solution, but updates its one n-length vector in
+    # place (every call of rmatvec sees the same array), where scipy's loop
+    # allocates three n-length temporaries per iteration.
+    from scipy.sparse.linalg import lsqr
+
+    rng = np.random.default_rng(sum(shape))
+    A = sp.random(*shape, density=0.05, random_state=rng, format="csc")
+    A = sp.hstack([A, A[:, :1]], format="csr")  # rank deficient
+    b = rng.standard_normal(shape[0])
+    ref = lsqr(A, b, atol=tol, btol=tol, iter_lim=iter_lim)
+    seen = []
+
+    def rmatvec(u):
+        seen.append(u)
+        return A.T @ u
+
+    x, n_iter = linear_module._lsqr(
+        lambda v: A @ v, rmatvec, b.copy(), A.shape[1], tol, tol, iter_lim=iter_lim
+    )
+    assert n_iter == ref[2]
+    np.testing.assert_allclose(x, ref[0], rtol=1e-9, atol=1e-12)
+    assert len(seen) == n_iter + 1 and all(u is seen[0] for u in seen)
+
+
 def test_linear_gd_paper_solver():
     X, y = _regression_data(seed=7)
     ref = LinearRegression().fit(X, y)
-    # The paper's fixed-iteration solver runs exactly max_iter steps and lowers the
-    # loss monotonically with the default step size 1/L.
+    # The paper's fixed-iteration solver (tol=0) runs exactly max_iter steps,
+    # without a convergence test, and lowers the loss monotonically with the
+    # default step size 1/L.
     losses = []
     for n_iter in (1, 5, 20):
-        est = FactorizedLinearRegression(solver="gd", max_iter=n_iter).fit(X, y)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ConvergenceWarning)
+            est = FactorizedLinearRegression(solver="gd", max_iter=n_iter, tol=0)
+            est.fit(X, y)
         assert est.n_iter_ == n_iter
         losses.append(np.mean((est.predict(X) - y) ** 2))
     assert losses[0] > losses[1] > losses[2]
+    # At the default tol=1e-6 the same 20 steps are not converged, and say so.
+    with pytest.warns(ConvergenceWarning, match="tol=0 for the fixed-iteration"):
+        est = FactorizedLinearRegression(solver="gd", max_iter=20).fit(X, y)
+    assert est.n_iter_ == 20
     # Run to convergence it reaches the least-squares solution.
     est = FactorizedLinearRegression(solver="gd", max_iter=5000, tol=1e-12).fit(X, y)
     assert est.n_iter_ < 5000
@@ -185,7 +237,7 @@ def test_linear_gd_paper_solver():
 def test_linear_gd_default_step_is_stable_on_badly_scaled_data():
     X, y = _regression_data(seed=8)
     X = X * np.array([1000.0, 1.0, 0.01, 1.0, 50.0, 1.0])
-    est = FactorizedLinearRegression(solver="gd", max_iter=50).fit(X, y)
+    est = FactorizedLinearRegression(solver="gd", max_iter=50, tol=0).fit(X, y)
     mse0 = np.mean((y - y.mean()) ** 2 + y.mean() ** 2)
     assert np.all(np.isfinite(est.coef_))
     assert np.mean((est.predict(X) - y) ** 2) < mse0
@@ -267,11 +319,18 @@ def test_logistic_gd_reaches_lbfgs_optimum(n_classes):
     assert gd.n_iter_[0] < 20_000
     np.testing.assert_allclose(gd.coef_, lbfgs.coef_, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(gd.intercept_, lbfgs.intercept_, rtol=1e-6, atol=1e-7)
-    # The fixed-iteration paper mode: exactly max_iter steps, better than start.
+    # Ten steps at the default tol are not converged, and say so.
     with pytest.warns(ConvergenceWarning):
         short = FactorizedLogisticRegression(solver="gd", max_iter=10).fit(X, y)
     assert short.n_iter_[0] == 10
     assert short.score(X, y) > 1.0 / n_classes
+    # The fixed-iteration paper mode (tol=0): the same ten steps, no test.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        fixed = FactorizedLogisticRegression(solver="gd", max_iter=10, tol=0)
+        fixed.fit(X, y)
+    assert fixed.n_iter_[0] == 10
+    np.testing.assert_allclose(fixed.coef_, short.coef_, rtol=1e-12)
 
 
 @pytest.mark.parametrize("loss", ["squared", "binomial", "multinomial"])
@@ -339,7 +398,7 @@ def test_factorized_equals_materialized(scenario):
     both(
         FactorizedLinearRegression(), np.column_stack([y_reg, y_bin]), sample_weight=sw
     )
-    both(FactorizedLinearRegression(solver="gd"), y_reg, sample_weight=sw)
+    both(FactorizedLinearRegression(solver="gd", tol=0), y_reg, sample_weight=sw)
     # float32 L-BFGS cannot reach 1e-10 gradients: the tolerance follows the dtype.
     tol = 1e-6 if dtype == np.float32 else 1e-10
     with warnings.catch_warnings():
@@ -524,12 +583,17 @@ def test_linear_wide_sparse_dataset_uses_lsqr_like_sklearn():
     ds = MultiSourceDataset.from_matrices([base, dim], [None, fk])
     T = sp.csr_matrix(ds.materialize())
     y = T @ rng.standard_normal(T.shape[1]) + 0.1 * rng.standard_normal(n_rows)
+    # Defaults against defaults: the same LSQR at the same tol=1e-6.
     est = FactorizedLinearRegression().fit(ds, y)
     assert est.n_iter_ > 1
-    # scikit-learn's lsqr at the tolerance of the factorized LSQR path (1e-12).
+    ref = LinearRegression().fit(T, y)
+    np.testing.assert_allclose(est.predict(ds), ref.predict(T), rtol=1e-9, atol=1e-10)
+    # And in the stricter mode, on both sides.
+    strict = FactorizedLinearRegression(tol=1e-12).fit(ds, y)
+    assert strict.n_iter_ > est.n_iter_
     ref = LinearRegression(tol=1e-12).fit(T, y)
-    np.testing.assert_allclose(est.predict(ds), ref.predict(T), rtol=1e-7, atol=1e-8)
-    assert est.score(ds, y) == pytest.approx(ref.score(T, y), abs=1e-8)
+    np.testing.assert_allclose(strict.predict(ds), ref.predict(T), rtol=1e-7, atol=1e-8)
+    assert strict.score(ds, y) == pytest.approx(ref.score(T, y), abs=1e-8)
 
 
 def test_linear_dense_data_keep_the_exact_path_above_the_sparse_threshold(

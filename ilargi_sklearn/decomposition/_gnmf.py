@@ -1094,9 +1094,11 @@ class FactorizedGNMF(
 
     Parameters
     ----------
-    n_components : int, "auto" or None, default=None
-        Rank of the factorization. None: ``n_features``; "auto": the number of rows
-        of a custom ``H``, else ``n_features``.
+    n_components : int, "auto" or None, default="auto"
+        Rank of the factorization, with scikit-learn's meaning: "auto" is the
+        number of rows of a custom ``H`` (``init="custom"``), else ``n_features``;
+        None is ``n_features``. On wide one-hot data ``n_features`` makes ``W``
+        as wide as the data: give a rank.
     init : {"random", "nndsvd", "nndsvda", "nndsvdar", "custom"} or None, \
             default=None
         Initialization, as scikit-learn's ``NMF``: None is "nndsvda" when
@@ -1224,7 +1226,7 @@ class FactorizedGNMF(
 
     def __init__(
         self,
-        n_components=None,
+        n_components="auto",
         *,
         init=None,
         max_iter=200,

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from numbers import Integral, Real
 
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
-from scipy.sparse.linalg import LinearOperator, lsqr
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -55,13 +55,10 @@ logger = logging.getLogger(__name__)
 _MAX_DENSE_GRAM_FEATURES = 1000
 
 # scikit-learn's LinearRegression solves dense problems with
-# scipy.linalg.lstsq(X, y, cond=1e-6): singular values of the (centered, weighted)
-# design below 1e-6 times the largest are treated as zero. On the gram the
-# eigenvalues are the squared singular values, so the same cut is at 1e-12.
+# scipy.linalg.lstsq(X, y, cond=tol), tol=1e-6 by default: singular values of the
+# (centered, weighted) design below tol times the largest are treated as zero. On
+# the gram the eigenvalues are the squared singular values, so the cut is tol**2.
 _LSTSQ_COND = 1e-6
-
-# LSQR atol and btol when ``tol`` is None.
-_LSQR_TOL = 1e-12
 
 
 def _check_y_given(estimator, y):
@@ -88,7 +85,7 @@ _GRAM_NOISE = 100.0
 _SKIP_REFINE = 1e-10
 
 
-def _psd_solver(G, D, dtype):
+def _psd_solver(G, D, dtype, cond=_LSTSQ_COND):
     """A solver for ``G x = b`` with ``G`` symmetric positive semi-definite.
 
     ``G`` is the centered gram and ``D`` the diagonal of the uncentered gram it came
@@ -99,10 +96,11 @@ def _psd_solver(G, D, dtype):
     resolved when its eigenvalue is above ``eps * (sum_i |v_i| sqrt(D_i))^2``.
 
     Cholesky when ``G`` is well conditioned (LAPACK's reciprocal condition estimate
-    above scikit-learn's cut, 1e-12 on the gram, and above the worst-case noise);
-    otherwise the pseudo-inverse through the eigendecomposition, dropping the
-    eigenvalues below ``1e-12 * max(eigenvalues)`` or below their own noise level:
-    the minimum-norm solution that ``lstsq`` computes on the design.
+    above scikit-learn's cut, ``cond**2`` on the gram, and above the worst-case
+    noise); otherwise the pseudo-inverse through the eigendecomposition, dropping
+    the eigenvalues below ``cond**2 * max(eigenvalues)`` or below their own noise
+    level: the minimum-norm solution that ``lstsq(cond=cond)`` computes on the
+    design.
 
     Returns
     -------
@@ -121,7 +119,7 @@ def _psd_solver(G, D, dtype):
     anorm = float(np.abs(G).sum(axis=0).max(initial=0.0))
     if anorm > 0 and np.all(np.isfinite(G)):
         worst_noise = eps * n * float(np.max(D, initial=0.0))
-        rcond = max(_LSTSQ_COND**2, worst_noise / anorm)
+        rcond = max(cond**2, worst_noise / anorm)
         try:
             c, lower = scipy.linalg.cho_factor(G, lower=True, check_finite=False)
             rc, info = scipy.linalg.lapack.dpocon(c, anorm, uplo="L")
@@ -140,7 +138,7 @@ def _psd_solver(G, D, dtype):
     eigvals, V = scipy.linalg.eigh(G, check_finite=False)
     top = float(eigvals[-1]) if n else 0.0
     noise = eps * (np.abs(V).T @ sqrt_d) ** 2
-    keep = (eigvals > _LSTSQ_COND**2 * top) & (eigvals > noise)
+    keep = (eigvals > cond**2 * top) & (eigvals > noise)
     rank = int(keep.sum())
     logger.info(
         "gram singular or ill-conditioned: minimum-norm solution of rank %d/%d.",
@@ -157,7 +155,9 @@ def _psd_solver(G, D, dtype):
     return solve, rank, np.inf
 
 
-def _solve_normal_equations(op, Y, sample_weight, fit_intercept, max_refine=5):
+def _solve_normal_equations(
+    op, Y, sample_weight, fit_intercept, cond=_LSTSQ_COND, max_refine=5
+):
     """Weighted least squares from the gram of ``T``, with implicit centering.
 
     With weights ``s``, ``s_sum = sum(s)`` and weighted column means
@@ -177,6 +177,9 @@ def _solve_normal_equations(op, Y, sample_weight, fit_intercept, max_refine=5):
     Y : ndarray of shape (n_samples, n_targets)
     sample_weight : ndarray of shape (n_samples,) or None
     fit_intercept : bool
+    cond : float, default=1e-6
+        Singular values of the centered design below ``cond`` times the largest
+        are treated as zero (``lstsq``'s ``cond``).
     max_refine : int, default=5
         Most refinement steps.
 
@@ -239,7 +242,7 @@ def _solve_normal_equations(op, Y, sample_weight, fit_intercept, max_refine=5):
     # cancellation noise, which would also leak into every other direction through
     # the off-diagonal noise: they get a zero coefficient, as with lstsq.
     free = np.flatnonzero(np.diag(G) > _GRAM_NOISE * float(np.finfo(dtype).eps) * D)
-    solve_free, rank, error = _psd_solver(G[np.ix_(free, free)], D[free], dtype)
+    solve_free, rank, error = _psd_solver(G[np.ix_(free, free)], D[free], dtype, cond)
 
     def solve(b):
         x = np.zeros_like(b)
@@ -306,6 +309,112 @@ def _predict64_numpy(op, coef):
     return np.asarray(op.matmul(coef.astype(op.dtype)), dtype=np.float64)
 
 
+def _lsqr(matvec, rmatvec, u, n_features, atol, btol, conlim=1e8, iter_lim=None):
+    """LSQR (Paige and Saunders, 1982) for ``min ||A x - b||_2``, ``b`` given as ``u``.
+
+    The algorithm and stopping rules of :func:`scipy.sparse.linalg.lsqr` (which
+    scikit-learn's sparse ``LinearRegression`` calls, with ``damp=0``), written so
+    that the n-length Lanczos vector is updated in place: ``u`` (the right-hand
+    side, overwritten) is the only n-length array the loop owns, and ``matvec`` may
+    return a buffer of its own that is read before its next call. SciPy's loop
+    allocates three n-length temporaries per iteration; on a machine where glibc
+    returns such blocks to the kernel at every free, each one costs its page faults
+    again (about 2,400 faults per iteration, most of the time of a Walmart fit).
+
+    Parameters
+    ----------
+    matvec, rmatvec : callable
+        ``A v`` (n-length, may be a reused buffer) and ``A^T u`` (fresh).
+    u : ndarray of shape (n_samples,), float64
+        The right-hand side ``b``; overwritten.
+    n_features : int
+    atol, btol : float
+        Stopping tolerances (the residual test ``||r|| <= btol ||b|| + atol ||A||
+        ||x||`` and the least-squares test ``||A^T r|| <= atol ||A|| ||r||``).
+    conlim : float, default=1e8
+        Stop when the estimate of ``cond(A)`` exceeds it.
+    iter_lim : int, default=None
+        Most iterations; None: ``2 * n_features`` (SciPy's default).
+
+    Returns
+    -------
+    x : ndarray of shape (n_features,)
+    n_iter : int
+    """
+    eps = float(np.finfo(np.float64).eps)
+    iter_lim = 2 * n_features if iter_lim is None else iter_lim
+    ctol = 1.0 / conlim if conlim > 0 else 0.0
+    x = np.zeros(n_features)
+    beta = bnorm = float(np.linalg.norm(u))
+    alpha = 0.0
+    v = np.zeros(n_features)
+    if beta > 0:
+        u *= 1.0 / beta
+        v = rmatvec(u)
+        alpha = float(np.linalg.norm(v))
+    if alpha > 0:
+        v *= 1.0 / alpha
+    if alpha * beta == 0:
+        return x, 0
+    w = v.copy()
+    rhobar, phibar = alpha, beta
+    # Norm estimates of A (Frobenius, of the bidiagonal), of the inverse's columns
+    # and of x (a second rotation on the right; Paige and Saunders, section 5).
+    anorm = ddnorm = xxnorm = z = sn2 = 0.0
+    cs2 = -1.0
+    n_iter = 0
+    while n_iter < iter_lim:
+        n_iter += 1
+        # u <- A v - alpha u, in place.
+        u *= alpha
+        np.subtract(matvec(v), u, out=u)
+        beta = float(np.linalg.norm(u))
+        if beta > 0:
+            u *= 1.0 / beta
+            anorm = math.sqrt(anorm**2 + alpha**2 + beta**2)
+            v = rmatvec(u) - beta * v
+            alpha = float(np.linalg.norm(v))
+            if alpha > 0:
+                v *= 1.0 / alpha
+        # The rotation that eliminates beta from the lower bidiagonal.
+        rho = math.hypot(rhobar, beta)
+        c, s = rhobar / rho, beta / rho
+        theta = s * alpha
+        rhobar = -c * alpha
+        phi = c * phibar
+        phibar = s * phibar
+        tau = s * phi
+        ddnorm += float(np.linalg.norm(w / rho)) ** 2
+        x += (phi / rho) * w
+        w = v - (theta / rho) * w
+        delta = sn2 * rho
+        gambar = -cs2 * rho
+        rhs = phi - delta * z
+        xnorm = math.sqrt(xxnorm + (rhs / gambar) ** 2)
+        gamma = math.hypot(gambar, theta)
+        cs2, sn2 = gambar / gamma, theta / gamma
+        z = rhs / gamma
+        xxnorm += z**2
+        acond = anorm * math.sqrt(ddnorm)
+        rnorm = phibar
+        arnorm = alpha * abs(tau)
+        test1 = rnorm / bnorm
+        test2 = arnorm / (anorm * rnorm + eps)
+        test3 = 1.0 / (acond + eps)
+        scaled = test1 / (1.0 + anorm * xnorm / bnorm)
+        rtol = btol + atol * anorm * xnorm / bnorm
+        if (
+            1.0 + test3 <= 1.0
+            or 1.0 + test2 <= 1.0
+            or 1.0 + scaled <= 1.0
+            or test3 <= ctol
+            or test2 <= atol
+            or test1 <= rtol
+        ):
+            break
+    return x, n_iter
+
+
 def _solve_lsqr(op, Y, sample_weight, fit_intercept, tol):
     """Weighted least squares by LSQR on ``diag(sqrt(s)) (T - 1 mu^T)``.
 
@@ -339,7 +448,6 @@ def _solve_lsqr(op, Y, sample_weight, fit_intercept, tol):
     cast = None if dtype == np.float64 else np.empty(n_samples, dtype=dtype)
 
     def matvec(v):
-        v = np.ravel(v)
         out = matmul_into(op, v.astype(dtype, copy=False), prod)
         if out is not prod:  # an operator without out=
             out = np.asarray(out, dtype=np.float64)
@@ -352,7 +460,6 @@ def _solve_lsqr(op, Y, sample_weight, fit_intercept, tol):
         return out
 
     def rmatvec(u):
-        u = np.ravel(u)
         if sqrt_sw is not None:
             u = np.multiply(u, sqrt_sw, out=scaled)
         if cast is not None:
@@ -361,25 +468,23 @@ def _solve_lsqr(op, Y, sample_weight, fit_intercept, tol):
         else:
             ud = u
         out = np.asarray(op.rmatmul(ud), dtype=np.float64)
-        return out - mu * u.sum()
+        out -= mu * u.sum()
+        return out
 
-    A = LinearOperator(
-        (n_samples, n_features), matvec=matvec, rmatvec=rmatvec, dtype=np.float64
-    )
     n_targets = Y.shape[1]
     coef = np.zeros((n_targets, n_features))
     intercept = np.zeros(n_targets)
     n_iter = 0
     for j in range(n_targets):
-        y = np.asarray(Y[:, j], dtype=np.float64)
+        b = np.array(Y[:, j], dtype=np.float64)
         if fit_intercept:
-            wy = y if sample_weight is None else y * sample_weight
+            wy = b if sample_weight is None else b * sample_weight
             intercept[j] = wy.sum() / sw_sum
-            y = y - intercept[j]
-        b = y if sqrt_sw is None else y * sqrt_sw
-        result = lsqr(A, b, atol=tol, btol=tol)
-        coef[j] = result[0]
-        n_iter = max(n_iter, int(result[2]))
+            b -= intercept[j]
+        if sqrt_sw is not None:
+            b *= sqrt_sw
+        coef[j], it = _lsqr(matvec, rmatvec, b, n_features, atol=tol, btol=tol)
+        n_iter = max(n_iter, it)
     if fit_intercept:
         intercept -= coef @ mu
     return coef, intercept, n_iter
@@ -407,18 +512,24 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
           1000 features use LSQR on the operator instead of a dense gram.
         * ``"gd"``: gradient descent with a fixed step,
           ``w <- w - learning_rate * T^T (s * (T w + b - y)) / sum(s)`` and the
-          matching intercept step, for ``max_iter`` iterations.
+          matching intercept step, for at most ``max_iter`` iterations (exactly
+          ``max_iter`` with ``tol=0``, as in the papers).
     max_iter : int, default=20
-        Number of gradient-descent iterations (``solver="gd"`` only).
+        Most gradient-descent iterations (``solver="gd"`` only).
     learning_rate : float, default=None
         Step size of ``solver="gd"``. None uses ``1 / L`` with ``L`` the largest
         eigenvalue of ``[T, 1]^T diag(s) [T, 1] / sum(s)`` (the Lipschitz constant of
         the gradient, estimated by power iteration), which is always stable.
-    tol : float, default=None
-        Stopping tolerance of the iterative solvers. For ``solver="gd"``: stop once
-        the largest absolute gradient entry is at most ``tol``; None runs exactly
-        ``max_iter`` iterations, like the paper. For the LSQR path of large sparse
-        problems: LSQR's ``atol`` and ``btol`` (None: 1e-12).
+    tol : float, default=1e-6
+        The precision of the solution, with scikit-learn's meaning: on the LSQR
+        path of large sparse problems, LSQR's ``atol`` and ``btol``; on the normal
+        equations, singular values of the centered design below ``tol`` times the
+        largest are treated as zero (``lstsq``'s ``cond``). Smaller values give a
+        more precise solution at more LSQR iterations (1e-12 about doubles them on
+        the Hamlet datasets). For ``solver="gd"``: stop once the largest absolute
+        gradient entry is at most ``tol`` (a ``ConvergenceWarning`` when
+        ``max_iter`` steps do not get there); ``tol=0`` runs exactly ``max_iter``
+        steps, the papers' fixed-iteration mode.
     strategy : {"factorized", "materialized"}, default="factorized"
         How a :class:`~ilargi_sklearn.MultiSourceDataset` is used in ``fit``: through
         its factorized operator, or materialized once into a plain matrix. Both give
@@ -469,13 +580,15 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
     implicitly. The solution is refined with residuals computed through the
     operator (one ``T w`` and one ``T^T r`` per step). Gradient descent only needs
     ``T w`` (per-source products, then a gather) and ``T^T r`` (a scatter, then
-    per-source products).
+    per-source products). So does LSQR, which runs the algorithm and stopping rules
+    of :func:`scipy.sparse.linalg.lsqr` (and so scikit-learn's iteration counts)
+    with its n-length vectors updated in place.
 
     Accuracy: the gram squares the condition number of ``T``. For well-conditioned
     data the result agrees with :class:`~sklearn.linear_model.LinearRegression` to
     machine precision; on rank-deficient data both return the minimum-norm solution
-    (the same predictions), with singular values below 1e-6 of the largest treated
-    as zero, as scikit-learn's default ``tol`` does, and columns that are constant
+    (the same predictions), with singular values below ``tol`` (1e-6) times the
+    largest treated as zero, as in scikit-learn, and columns that are constant
     up to rounding given a zero coefficient. Implicit centering cancels digits on
     columns whose mean is far larger than their spread: directions whose
     eigenvalue is below that rounding noise are dropped, so very ill-conditioned
@@ -515,7 +628,7 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
         "solver": [StrOptions({"normal", "gd"})],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither"), None],
-        "tol": [Interval(Real, 0, None, closed="left"), None],
+        "tol": [Interval(Real, 0, None, closed="left")],
         "strategy": [StrOptions(set(STRATEGIES))],
         "device": [StrOptions(set(DEVICES))],
     }
@@ -527,7 +640,7 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
         solver="normal",
         max_iter=20,
         learning_rate=None,
-        tol=None,
+        tol=1e-6,
         strategy="factorized",
         device="auto",
     ):
@@ -610,7 +723,7 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
                 else asarray_on(sample_weight, xp, op.device)
             )
             coef, intercept, _ = _solve_normal_equations(
-                op, Yd, swd, self.fit_intercept
+                op, Yd, swd, self.fit_intercept, self.tol
             )
             n_iter = 1
         elif self.solver == "gd":
@@ -621,13 +734,12 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
                 "gram.",
                 n_features,
             )
-            tol = _LSQR_TOL if self.tol is None else self.tol
             coef, intercept, n_iter = _solve_lsqr(
-                op, Y, sample_weight, self.fit_intercept, tol
+                op, Y, sample_weight, self.fit_intercept, self.tol
             )
         else:
             coef, intercept, _ = _solve_normal_equations(
-                op, Y, sample_weight, self.fit_intercept
+                op, Y, sample_weight, self.fit_intercept, self.tol
             )
             n_iter = 1
 
@@ -660,19 +772,21 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
             logger.info("gradient descent step size 1/L = %.3g", learning_rate)
         w0 = np.zeros(n_targets * (n_features + int(self.fit_intercept)))
         args = (op, Y, sample_weight, sw_sum, 0.0, self.fit_intercept, n_targets)
+        # tol=0 is the papers' fixed-iteration mode: no gradient test at all.
+        tol = self.tol if self.tol > 0 else None
         w, n_iter, converged = _gradient_descent(
             _loss_and_grad,
             w0,
             (*args, "squared"),
             learning_rate,
             self.max_iter,
-            self.tol,
+            tol,
         )
-        if self.tol is not None and not converged:
+        if tol is not None and not converged:
             warnings.warn(
                 f"Gradient descent did not reach tol={self.tol} in "
                 f"max_iter={self.max_iter} iterations; increase max_iter or "
-                "learning_rate.",
+                "learning_rate, or set tol=0 for the fixed-iteration mode.",
                 ConvergenceWarning,
                 stacklevel=4,
             )

@@ -125,7 +125,9 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
         Most L-BFGS iterations, or the number of gradient-descent steps.
     tol : float, default=1e-4
         Stop when the largest absolute entry of the gradient is at most ``tol``
-        (L-BFGS-B's ``gtol``; the same test for ``"gd"``).
+        (L-BFGS-B's ``gtol``, as in scikit-learn; the same test for ``"gd"``,
+        where ``tol=0`` runs exactly ``max_iter`` steps without a convergence
+        test, the papers' fixed-iteration mode).
     learning_rate : float, default=None
         Step size of ``solver="gd"``. None uses ``1 / L`` with ``L`` the Lipschitz
         constant of the gradient: ``c lambda_max([T, 1]^T diag(s) [T, 1]) / sum(s)``
@@ -408,10 +410,12 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
             )
             learning_rate = 1.0 / L if L > 0 else 1.0
             logger.info("gradient descent step size 1/L = %.3g", learning_rate)
+        # tol=0 is the papers' fixed-iteration mode: no gradient test at all.
+        tol = self.tol if self.tol > 0 else None
         w, n_iter, converged = _gradient_descent(
-            _loss_and_grad, w0, args, learning_rate, self.max_iter, self.tol
+            _loss_and_grad, w0, args, learning_rate, self.max_iter, tol
         )
-        if not converged:
+        if tol is not None and not converged:
             warnings.warn(
                 f"Gradient descent did not reach tol={self.tol} in "
                 f"max_iter={self.max_iter} iterations; increase max_iter.",
