@@ -1,0 +1,780 @@
+"""Tables from polars and pyarrow as pandas DataFrames; CSV and Parquet files read
+with a check of every CSV row's field count.
+
+The dataset builders work on pandas DataFrames. :func:`as_pandas` converts the
+tables users have (polars DataFrames, pyarrow Tables and RecordBatches, objects with
+the Arrow PyCapsule stream interface or the dataframe interchange protocol) after
+selecting the needed columns in the table's own library, so that only those are
+converted. polars and pyarrow are optional: neither is imported until a table of
+theirs arrives, and a polars table converts column by column where pyarrow is
+missing.
+
+:func:`read_table` reads the needed columns of a CSV or Parquet file. pandas' C
+parser does not check field counts under ``usecols=`` (a row with too many fields
+is cut, and the columns of a file whose rows all have one field more than the header
+are shifted against their names), and pads a row with too few fields with missing
+values; so the CSV bytes pass through a counter of each row's fields on their way
+to the parser, and a row whose count differs from the header's is an error that
+names the file and the line.
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import gzip
+import io
+import logging
+import lzma
+import tarfile
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Literal
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["MalformedRowError", "MissingColumnsError", "as_pandas", "read_table"]
+
+logger = logging.getLogger(__name__)
+
+_ACCEPTED = "a pandas, polars or pyarrow table"
+
+
+class MissingColumnsError(ValueError):
+    """Columns asked for that a table or file does not have.
+
+    Attributes
+    ----------
+    missing : list of str
+        The columns not found, in the order asked.
+    columns : list of str
+        The columns the table or file has.
+    """
+
+    def __init__(self, what: str, missing: list[str], columns: list[Any]) -> None:
+        self.missing = missing
+        self.columns = columns
+        super().__init__(
+            f"columns {missing} not found in {what}; its columns are {columns}."
+        )
+
+
+class MalformedRowError(ValueError):
+    """A CSV row with more or fewer fields than the header.
+
+    Attributes
+    ----------
+    path : str
+        The file.
+    line : int
+        The 1-based line of the file where the first such row starts.
+    n_fields : int
+        The fields of that row.
+    expected : tuple of int
+        The field counts a row may have: the header's (and one fewer when the
+        header ends with a separator, whose unnamed last column rows may omit).
+    n_bad : int
+        The rows of the file with a wrong field count.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        line: int,
+        n_fields: int,
+        expected: tuple[int, ...],
+        n_bad: int,
+        sep: str,
+    ) -> None:
+        self.path = path
+        self.line = line
+        self.n_fields = n_fields
+        self.expected = expected
+        self.n_bad = n_bad
+        header = f"the header has {expected[0]}"
+        if len(expected) > 1:
+            header += f" (its last, unnamed, may be left out: {expected[1]})"
+        more = ""
+        if n_bad > 1:
+            more = f"; {n_bad - 1} more row{'s' if n_bad > 2 else ''} of the file too"
+        super().__init__(
+            f"malformed row in {path}: line {line} has {n_fields} "
+            f"field{'s' if n_fields != 1 else ''}, {header}{more}. Fix the line (a "
+            f"field that contains the separator {sep!r}, a quote or a line break "
+            "must be quoted), or remove it."
+        )
+
+
+# --------------------------------------------------------------------------------
+# Tables of other libraries as pandas DataFrames
+# --------------------------------------------------------------------------------
+
+
+def as_pandas(
+    frame: Any, what: str, columns: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """A pandas DataFrame of a table from pandas, polars, pyarrow or another library.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame, polars.DataFrame, pyarrow.Table or pyarrow.RecordBatch
+        The table. Any other object with the Arrow PyCapsule interface
+        (``__arrow_c_stream__`` or ``__arrow_c_array__``, converted through pyarrow)
+        or the dataframe interchange protocol (``__dataframe__``) is accepted too.
+        A polars LazyFrame is refused: collect it first.
+    what : str
+        The caller's name of the table in error messages, such as ``"base"`` or
+        ``"join 'planes': table"``.
+    columns : list of str, optional
+        The columns to keep, in this order; they are selected before converting, so
+        that the others are never converted. Default: all columns.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``frame`` itself for a pandas DataFrame without ``columns`` (no copy);
+        otherwise a new frame with a default index. Numeric Arrow columns without
+        missing values and in one chunk arrive without a copy, as read-only arrays.
+        Integers with missing values become floats with NaN; booleans with missing
+        values pandas' ``"boolean"`` dtype; strings pandas' default string dtype;
+        dictionary-encoded columns (polars Categorical and Enum) pandas
+        Categoricals, with the dictionary's categories and order; dates and
+        timestamps ``datetime64`` (time zones kept); decimals ``int64`` when their
+        scale is 0 and precision at most 18, ``float64`` otherwise.
+
+    Raises
+    ------
+    TypeError
+        When ``frame`` is not a table; the message names the class received.
+    MissingColumnsError
+        When ``columns`` names columns that ``frame`` does not have (a
+        ``ValueError``).
+    ImportError
+        When converting ``frame`` needs pyarrow and it is not installed.
+
+    See Also
+    --------
+    pandas.DataFrame.from_arrow : pandas' own conversion of Arrow tables (pandas 3).
+    polars.DataFrame.to_pandas : polars' conversion of a whole frame.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> from ilargi_sklearn.dataset._interop import as_pandas
+    >>> table = pa.table({"a": [1, 2], "b": ["x", "y"], "c": [0.5, None]})
+    >>> df = as_pandas(table, "base", ["c", "a"])
+    >>> df.dtypes.astype(str).tolist()
+    ['float64', 'int64']
+    """
+    if isinstance(columns, str):
+        columns = [columns]
+    if columns is not None:
+        columns = list(dict.fromkeys(columns))
+    if isinstance(frame, pd.DataFrame):
+        if columns is None:
+            return frame
+        _check_columns(list(frame.columns), columns, what)
+        return frame[columns]
+    cls = type(frame)
+    lib = cls.__module__.partition(".")[0]
+    received = _type_name(frame)
+    if lib == "polars" and cls.__name__ == "DataFrame":
+        return _from_polars(frame, what, columns)
+    if lib == "polars" and cls.__name__ == "LazyFrame":
+        raise TypeError(
+            f"{what} must be {_ACCEPTED}, got {received}: call .collect() on it first "
+            "(after .select() of the columns you need, to compute only those)."
+        )
+    if lib == "pyarrow":
+        import pyarrow as pa
+
+        if isinstance(frame, pa.RecordBatch):
+            frame = pa.Table.from_batches([frame])
+        if isinstance(frame, pa.Table):
+            return _from_arrow(frame, what, columns)
+    if lib == "dask":
+        raise TypeError(
+            f"{what} must be {_ACCEPTED}, got {received}: build the dataset with "
+            "ilargi_sklearn.distributed.dask_from_frames, or .compute() the frame."
+        )
+    if lib not in ("pandas", "polars", "pyarrow"):
+        has_arrow = hasattr(frame, "__arrow_c_stream__") or hasattr(
+            frame, "__arrow_c_array__"
+        )
+        if has_arrow and (
+            _pyarrow() is not None or not hasattr(frame, "__dataframe__")
+        ):
+            return _from_arrow(_arrow_capsule_table(frame, what), what, columns)
+        if hasattr(frame, "__dataframe__"):
+            return _from_interchange(frame, what, columns)
+    raise TypeError(f"{what} must be {_ACCEPTED}, got {received}.")
+
+
+def _type_name(obj: Any) -> str:
+    cls = type(obj)
+    module = cls.__module__
+    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
+
+
+def _check_columns(names: list[Any], columns: Sequence[str], what: str) -> None:
+    present = set(names)
+    missing = [c for c in columns if c not in present]
+    if missing:
+        raise MissingColumnsError(what, missing, names)
+
+
+def _pyarrow() -> Any:
+    """pyarrow, or None where it is not installed."""
+    try:
+        import pyarrow
+    except ImportError:
+        return None
+    return pyarrow
+
+
+def _require_pyarrow(why: str) -> Any:
+    pa = _pyarrow()
+    if pa is None:
+        raise ImportError(f"{why} needs pyarrow: pip install pyarrow.")
+    return pa
+
+
+def _decimal_as_int(precision: int, scale: int) -> bool:
+    """Whether decimals of this type fit int64 exactly (else they become float64)."""
+    return scale == 0 and precision <= 18
+
+
+def _arrow_capsule_table(frame: Any, what: str) -> Any:
+    received = _type_name(frame)
+    pa = _require_pyarrow(f"converting {what} ({received}) through Arrow")
+    try:
+        return pa.table(frame)
+    except (TypeError, ValueError, pa.ArrowException) as exc:
+        raise TypeError(
+            f"{what} must be {_ACCEPTED}, got {received}, whose Arrow data is not a "
+            f"table ({exc})."
+        ) from exc
+
+
+def _from_arrow(table: Any, what: str, columns: list[str] | None) -> pd.DataFrame:
+    if columns is not None:
+        _check_columns(table.column_names, columns, what)
+        table = table.select(columns)
+    return _arrow_to_pandas(table)
+
+
+def _arrow_to_pandas(table: Any) -> pd.DataFrame:
+    """Convert a pyarrow Table with the dtypes that :func:`as_pandas` documents."""
+    import pyarrow as pa
+
+    nullable_bools = []
+    for i, field in enumerate(table.schema):
+        if pa.types.is_decimal(field.type):
+            exact = _decimal_as_int(field.type.precision, field.type.scale)
+            target = pa.int64() if exact else pa.float64()
+            table = table.set_column(
+                i, field.name, table.column(i).cast(target, safe=exact)
+            )
+        elif pa.types.is_boolean(field.type) and table.column(i).null_count:
+            nullable_bools.append(field.name)
+    # split_blocks: one block per column, so that a numeric column without missing
+    # values in one chunk is a view of the Arrow buffer instead of a copy into a
+    # consolidated 2-D block. date_as_object=False: dates as datetime64, which the
+    # builder's key and encoding rules know (datetime.date objects they take for
+    # strings). ignore_metadata: a default index, whatever pandas wrote the table.
+    frame = table.to_pandas(
+        split_blocks=True, date_as_object=False, ignore_metadata=True
+    )
+    for name in nullable_bools:
+        frame[name] = frame[name].astype("boolean")
+    return frame
+
+
+def _from_polars(frame: Any, what: str, columns: list[str] | None) -> pd.DataFrame:
+    if columns is not None:
+        _check_columns(frame.columns, columns, what)
+        frame = frame.select(columns)
+    if _pyarrow() is not None:
+        return _arrow_to_pandas(frame.to_arrow())
+    logger.info(
+        "pyarrow is not installed: converting %s (a polars DataFrame) column by column.",
+        what,
+    )
+    return pd.DataFrame(
+        {
+            name: _polars_column(s)
+            for name, s in zip(frame.columns, frame.get_columns())
+        },
+        copy=False,
+    )
+
+
+def _polars_column(s: Any) -> Any:
+    """One polars Series as the array :func:`_arrow_to_pandas` would give."""
+    import polars as pl
+
+    dt = s.dtype
+    if isinstance(dt, pl.Decimal):
+        s = s.cast(pl.Int64 if _decimal_as_int(dt.precision, dt.scale) else pl.Float64)
+        dt = s.dtype
+    if isinstance(dt, pl.Enum):
+        return pd.Categorical(
+            s.cast(pl.String).to_numpy(), categories=list(dt.categories), ordered=True
+        )
+    if isinstance(dt, pl.Categorical):
+        # Arrow's dictionary of a polars Categorical lists the values in order of
+        # first appearance.
+        categories = s.drop_nulls().unique(maintain_order=True).cast(pl.String)
+        return pd.Categorical(
+            s.cast(pl.String).to_numpy(), categories=categories.to_list()
+        )
+    if dt == pl.String:
+        return pd.Series(s.to_numpy(), dtype=_string_dtype()).array
+    if dt == pl.Null:
+        return np.full(len(s), None, dtype=object)
+    if dt == pl.Boolean and s.null_count():
+        return pd.array(s.to_numpy(), dtype="boolean")
+    if dt.is_integer() and s.null_count():
+        # polars gives float32 for small integers with nulls; Arrow float64.
+        return s.cast(pl.Float64).to_numpy()
+    if dt == pl.Date:
+        return s.to_numpy().astype("datetime64[ms]")
+    if isinstance(dt, pl.Datetime) and dt.time_zone is not None:
+        # to_numpy gives the instants in UTC, without the zone.
+        utc = pd.Series(s.to_numpy()).dt.tz_localize("UTC")
+        return utc.dt.tz_convert(dt.time_zone).array
+    return s.to_numpy()
+
+
+def _string_dtype() -> Any:
+    """pandas' default dtype of strings (``str`` from pandas 3, object before)."""
+    return pd.Series(["a"]).dtype
+
+
+def _from_interchange(frame: Any, what: str, columns: list[str] | None) -> pd.DataFrame:
+    exchange = frame.__dataframe__(allow_copy=True)
+    if columns is not None:
+        _check_columns(list(exchange.column_names()), columns, what)
+        exchange = exchange.select_columns_by_name(columns)
+    pa = _pyarrow()
+    if pa is not None:
+        from pyarrow.interchange import from_dataframe
+
+        return _arrow_to_pandas(from_dataframe(exchange, allow_copy=True))
+    return pd.api.interchange.from_dataframe(exchange, allow_copy=True)
+
+
+# --------------------------------------------------------------------------------
+# Files
+# --------------------------------------------------------------------------------
+
+
+def read_table(
+    path: str | Path,
+    columns: Sequence[str] | None,
+    *,
+    fmt: Literal["csv", "parquet"] | None = None,
+    sep: str = ",",
+) -> pd.DataFrame:
+    """Read the needed columns of a CSV or Parquet file, rejecting malformed rows.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The file. A CSV file may be compressed (``.gz``, ``.bz2``, ``.xz``,
+        ``.zip`` or ``.tar`` with one member, ``.zst`` where ``zstandard`` is
+        installed).
+    columns : list of str or None
+        The columns to read; None reads all.
+    fmt : {"csv", "parquet"}, optional
+        The file's format; default ``"parquet"`` for a ``.parquet`` or ``.pq``
+        suffix, ``"csv"`` otherwise.
+    sep : str, default=","
+        The field separator of a CSV file (one character).
+
+    Returns
+    -------
+    pandas.DataFrame
+        The columns in the file's order, with the dtypes that
+        ``pandas.read_csv(path, sep=sep, usecols=columns)`` gives (CSV) or that
+        :func:`as_pandas` gives for the Arrow table (Parquet).
+
+    Raises
+    ------
+    MalformedRowError
+        When a CSV row has more or fewer fields than the header (a ``ValueError``
+        naming the file, the line, and both counts). Rows are counted with the C
+        parser's quoting rules: a field that starts with a quote runs to its closing
+        quote, across separators and line breaks. Blank lines are skipped. A header
+        that ends with a separator names an empty last column, which rows may have
+        or leave out.
+    MissingColumnsError
+        When ``columns`` names columns the file does not have (a ``ValueError``
+        listing the file's columns).
+    ValueError
+        When the file is empty, cannot be parsed, or ``fmt`` or ``sep`` is invalid.
+    ImportError
+        For a Parquet file where pyarrow is not installed.
+
+    See Also
+    --------
+    pandas.read_csv : The parser; ``usecols`` alone keeps malformed rows.
+
+    Notes
+    -----
+    The field counter sees each block of bytes as the parser reads it, so the file
+    is read once and only the requested columns are held. It finds the line breaks,
+    separators and quotes of a block with NumPy; quotes toggle between inside and
+    outside a quoted field. A quote that does not start a field (``5" disk``) is
+    plain text to the parser but would toggle the count; when the counter meets
+    one, the file is counted once more after parsing with Python's ``csv`` module,
+    which follows the parser's rule (slower; logged at INFO).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from ilargi_sklearn.dataset._interop import read_table
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "planes.csv"
+    >>> _ = path.write_text("tailnum,seats,engine\\nN10156,55,Turbo-fan\\nN102UW,182\\n")
+    >>> try:
+    ...     read_table(path, ["tailnum", "seats"])
+    ... except ValueError as exc:
+    ...     print(exc)  # doctest: +ELLIPSIS
+    malformed row in ...planes.csv: line 3 has 2 fields, the header has 3. ...
+    """
+    path = Path(path)
+    if fmt is None:
+        suffixes = [s.lower() for s in path.suffixes]
+        fmt = "parquet" if ".parquet" in suffixes or ".pq" in suffixes else "csv"
+    if columns is not None:
+        columns = (
+            [columns] if isinstance(columns, str) else list(dict.fromkeys(columns))
+        )
+    if fmt == "parquet":
+        return _read_parquet(path, columns)
+    if fmt != "csv":
+        raise ValueError(f"fmt must be 'csv' or 'parquet', got {fmt!r}.")
+    return _read_csv(path, columns, sep)
+
+
+def _read_parquet(path: Path, columns: list[str] | None) -> pd.DataFrame:
+    _require_pyarrow(f"reading the Parquet file {path} (or convert it to CSV)")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        file = pq.ParquetFile(path)
+    except pa.ArrowException as exc:
+        raise ValueError(f"cannot read {path} as Parquet: {exc}") from exc
+    names = file.schema_arrow.names
+    if columns is not None:
+        _check_columns(names, columns, str(path))
+        wanted = set(columns)
+        columns = [c for c in names if c in wanted]
+    return _arrow_to_pandas(file.read(columns=columns))
+
+
+def _read_csv(path: Path, columns: list[str] | None, sep: str) -> pd.DataFrame:
+    if len(sep) != 1 or sep in '"\r\n':
+        raise ValueError(
+            f"sep must be one character other than a quote or a line break, got {sep!r}."
+        )
+    try:
+        with _open_binary(path) as fh:
+            header = list(pd.read_csv(fh, sep=sep, nrows=0).columns)
+    except pd.errors.EmptyDataError:
+        raise ValueError(f"{path} is empty: a CSV table needs a header line.") from None
+    if columns is not None:
+        _check_columns(header, columns, str(path))
+    with _open_binary(path) as fh:
+        counter = _FieldCounter(fh, sep)
+        try:
+            frame = pd.read_csv(counter, sep=sep, usecols=columns, engine="c")
+        except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+            counter.drain()
+            counter.counts.raise_bad(path)
+            raise ValueError(f"cannot read {path} as CSV: {exc}") from exc
+        counter.drain()
+    counts = counter.counts
+    if counter.recount is not None:
+        logger.info(
+            "%s: %s; counting the fields of its rows again with Python's csv module.",
+            path,
+            counter.recount,
+        )
+        with _open_binary(path) as fh:
+            counts = _count_fields_exactly(fh, sep)
+    counts.raise_bad(path)
+    return frame
+
+
+def _open_binary(path: Path) -> IO[bytes]:
+    """The file's bytes, decompressed by its suffix as ``pandas.read_csv`` infers."""
+    suffix = path.suffix.lower()
+    if suffix == ".gz" and not path.name.lower().endswith(".tar.gz"):
+        return gzip.open(path, "rb")
+    if suffix == ".bz2" and not path.name.lower().endswith(".tar.bz2"):
+        return bz2.open(path, "rb")
+    if suffix == ".xz" and not path.name.lower().endswith(".tar.xz"):
+        return lzma.open(path, "rb")
+    if suffix == ".zst":
+        try:
+            import zstandard
+        except ImportError:
+            raise ImportError(
+                f"reading {path} needs zstandard: pip install zstandard, or "
+                "decompress the file."
+            ) from None
+        return zstandard.open(path, "rb")
+    if suffix == ".zip":
+        archive = zipfile.ZipFile(path)
+        members = [m for m in archive.infolist() if not m.is_dir()]
+        if len(members) != 1:
+            names = [m.filename for m in members]
+            archive.close()
+            raise ValueError(
+                f"{path} must hold one file, it holds {len(members)}: {names}."
+            )
+        return archive.open(members[0])
+    if suffix == ".tar" or ".tar." in path.name.lower():
+        tar = tarfile.open(path, "r:*")
+        files = [m for m in tar.getmembers() if m.isfile()]
+        if len(files) != 1:
+            names = [m.name for m in files]
+            tar.close()
+            raise ValueError(
+                f"{path} must hold one file, it holds {len(files)}: {names}."
+            )
+        member = tar.extractfile(files[0])
+        assert member is not None  # a regular file always has its bytes
+        return member
+    return open(path, "rb")
+
+
+_WHITESPACE = b" \t\r\x0b\x0c"
+_QUOTE = ord('"')
+#: Bytes after which the counter gives up on finding the end of a row (a quote that
+#: never closes would otherwise make it copy the rest of the file once per block).
+_MAX_ROW_BYTES = 1 << 24
+_CR_AS_LF = bytes.maketrans(b"\r", b"\n")
+
+
+@dataclass
+class _RowCounts:
+    """Field counts of a CSV file's rows against its header's."""
+
+    sep: str
+    expected: tuple[int, ...] | None = None
+    first_bad: tuple[int, int] | None = None
+    n_bad: int = 0
+
+    def set_header(self, n_fields: int, trailing_sep: bool) -> None:
+        n = n_fields
+        self.expected = (n, n - 1) if trailing_sep and n > 1 else (n,)
+
+    def add_bad(self, line: int, n_fields: int, n_rows: int = 1) -> None:
+        if self.first_bad is None:
+            self.first_bad = (line, n_fields)
+        self.n_bad += n_rows
+
+    def raise_bad(self, path: Path) -> None:
+        if self.first_bad is not None:
+            assert self.expected is not None
+            line, n_fields = self.first_bad
+            raise MalformedRowError(
+                str(path), line, n_fields, self.expected, self.n_bad, self.sep
+            )
+
+
+class _FieldCounter(io.RawIOBase):
+    """A binary stream that counts each CSV row's fields as its reader pulls bytes.
+
+    Each block read is appended to the bytes left over from the previous block (a
+    row cut by the block's end) and counted up to its last line break outside
+    quotes, which is where a row ends. Line breaks are those of the C parser: \\n,
+    \\r\\n, and \\r alone. The header (the first non-blank row) fixes the expected
+    count. ``recount`` says why the counts cannot be trusted (then
+    :func:`_count_fields_exactly` counts again), None when they can.
+    """
+
+    def __init__(self, raw: IO[bytes], sep: str) -> None:
+        super().__init__()
+        self._raw = raw
+        self._sep = ord(sep)
+        # The bytes that are neither the separator nor a line break.
+        self._others = bytes(b for b in range(256) if b not in (self._sep, 10, 13))
+        self._rest = b""
+        self._lines = 0  # line breaks before self._rest
+        self._eof = False
+        self.counts = _RowCounts(sep)
+        self.recount: str | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        n = self._raw.readinto(view)
+        if n:
+            self._count(self._rest + view[:n])
+        elif not self._eof:
+            self._eof = True
+            if self._rest:
+                self._count(self._rest + b"\n")
+            self._rest = b""
+        return n
+
+    def drain(self) -> None:
+        """Count whatever the reader left unread (it stops early on an error)."""
+        while not self._eof:
+            self.read(1 << 20)
+
+    def _count(self, buf: bytes) -> None:
+        if self.recount is not None:
+            return
+        # A \r that ends the block may be the first half of a \r\n.
+        end = len(buf) - 1 if buf.endswith(b"\r") else len(buf)
+        breaks = ends = None
+        quoted = buf.find(b'"', 0, end) >= 0
+        if quoted:
+            breaks = self._breaks(buf, end)
+            ends, fields = self._quoted_rows(buf, breaks)
+            if self.recount is not None:
+                return
+        else:
+            fields = self._field_counts(buf, end)
+        if fields.size == 0:
+            self._keep(buf)
+            return
+        first = 0
+        if self.counts.expected is None:
+            ends = self._breaks(buf, end) if ends is None else ends
+            first = self._header(buf, ends, fields)
+        expected = self.counts.expected
+        if expected is not None:
+            bad = fields[first:] != expected[0]
+            if len(expected) > 1:
+                bad &= fields[first:] != expected[1]
+            if bad.any():
+                ends = self._breaks(buf, end) if ends is None else ends
+                self._add_bad(buf, end, ends, fields, np.flatnonzero(bad) + first)
+        if ends is not None:
+            last = int(ends[-1]) + 1
+        else:
+            last = max(buf.rfind(b"\n", 0, end), buf.rfind(b"\r", 0, end)) + 1
+        self._lines += int(np.searchsorted(breaks, last)) if quoted else fields.size
+        self._rest = buf[last:]
+
+    def _field_counts(self, buf: bytes, end: int) -> np.ndarray:
+        """The field count of each row that ends in a block without quotes.
+
+        ``bytes.translate`` keeps only the separators and line breaks, in one pass
+        over the bytes; the gaps between the line breaks of what it keeps are the
+        counts. This is faster than locating every separator of the block with
+        NumPy, whose index array is eight times as large as the kept bytes.
+        """
+        if buf.find(b"\r", 0, end) < 0:
+            marks = buf.translate(None, self._others)
+        else:
+            one_break = buf[:end].replace(b"\r\n", b"\n")
+            marks = one_break.translate(_CR_AS_LF, self._others)
+        rows = np.flatnonzero(np.frombuffer(marks, dtype=np.uint8) == 10)
+        return np.diff(rows, prepend=-1)
+
+    @staticmethod
+    def _breaks(buf: bytes, end: int) -> np.ndarray:
+        """The positions of the line breaks in ``buf[:end]`` (the \\n of a \\r\\n)."""
+        a = np.frombuffer(buf, dtype=np.uint8, count=end)
+        breaks = a == 10
+        cr = a == 13
+        if cr.any():
+            cr[:-1] &= ~breaks[1:]
+            breaks |= cr
+        return np.flatnonzero(breaks)
+
+    def _quoted_rows(
+        self, buf: bytes, breaks: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Row ends and field counts of a block with quotes (sets ``recount``)."""
+        a = np.frombuffer(buf, dtype=np.uint8)
+        seps = np.flatnonzero(a == self._sep)
+        quotes = np.flatnonzero(a == _QUOTE)
+        # buf starts a row, outside quotes: the quotes at even positions in
+        # ``quotes`` open a field (or are the second of a doubled quote).
+        opening = quotes[::2]
+        opening = opening[opening > 0]
+        before = a[opening - 1]
+        plain = (
+            (before != self._sep) & (before != 10) & (before != 13) & (before != _QUOTE)
+        )
+        if plain.any():
+            line = self._line_at(breaks, int(opening[plain.argmax()]))
+            self.recount = f"line {line} has a quote inside a field"
+        ends = breaks[(np.searchsorted(quotes, breaks) & 1) == 0]
+        seps = seps[(np.searchsorted(quotes, seps) & 1) == 0]
+        return ends, np.diff(np.searchsorted(seps, ends), prepend=0) + 1
+
+    def _add_bad(
+        self,
+        buf: bytes,
+        end: int,
+        ends: np.ndarray,
+        fields: np.ndarray,
+        rows: np.ndarray,
+    ) -> None:
+        # A row without separators may be a blank line, which the parser skips.
+        bad = [
+            r
+            for r in rows.tolist()
+            if fields[r] > 1 or self._row(buf, ends, r).strip(_WHITESPACE)
+        ]
+        if bad:
+            start = 0 if bad[0] == 0 else int(ends[bad[0] - 1]) + 1
+            line = self._line_at(self._breaks(buf, end), start)
+            self.counts.add_bad(line, int(fields[bad[0]]), len(bad))
+
+    def _keep(self, buf: bytes) -> None:
+        """Keep a row cut by the block's end, up to :data:`_MAX_ROW_BYTES`."""
+        if len(buf) > _MAX_ROW_BYTES:
+            self.recount = f"line {self._lines + 1} starts a row of over 16 MiB"
+        self._rest = buf
+
+    def _header(self, buf: bytes, ends: np.ndarray, fields: np.ndarray) -> int:
+        """Take the first non-blank row as the header; return the row after it."""
+        for r in range(len(fields)):
+            row = self._row(buf, ends, r).rstrip(b"\r")
+            if fields[r] > 1 or row.strip(_WHITESPACE):
+                self.counts.set_header(int(fields[r]), row.endswith(bytes([self._sep])))
+                return r + 1
+        return len(fields)
+
+    @staticmethod
+    def _row(buf: bytes, ends: np.ndarray, r: int) -> bytes:
+        return buf[0 if r == 0 else int(ends[r - 1]) + 1 : int(ends[r])]
+
+    def _line_at(self, breaks: np.ndarray, pos: int) -> int:
+        """The 1-based line of the file at position ``pos`` of the block."""
+        return self._lines + int(np.searchsorted(breaks, pos)) + 1
+
+
+def _count_fields_exactly(fh: IO[bytes], sep: str) -> _RowCounts:
+    """Count every row's fields with Python's csv module (quotes as the C parser)."""
+    counts = _RowCounts(sep)
+    text = io.TextIOWrapper(fh, encoding="utf-8", errors="replace", newline="")
+    reader = csv.reader(text, delimiter=sep, quotechar='"', doublequote=True)
+    line = 1  # where the next row starts
+    try:
+        for row in reader:
+            start, line = line, reader.line_num + 1
+            if not row or (len(row) == 1 and not row[0].strip(" \t\r\v\f")):
+                continue
+            if counts.expected is None:
+                counts.set_header(len(row), row[-1] == "")
+            elif len(row) not in counts.expected:
+                counts.add_bad(start, len(row))
+    except csv.Error as exc:
+        logger.info("could not count the fields of every row (%s); not checked.", exc)
+    return counts
