@@ -393,6 +393,92 @@ def _stack_blocks(
     return sp.vstack(block_rows, format="csr")
 
 
+#: Stored entries per block of target rows when the CSR join is written (a few
+#: MB of block temporaries).
+_JOIN_BLOCK_ENTRIES = 1 << 18
+
+
+def _join_source(S: Any, dtype: Any) -> Any:
+    """A source as it enters the CSR join: explicit zeros of a sparse one dropped
+    (a copy only when it has any), a dense one as it is."""
+    if not sp.issparse(S):
+        return np.asarray(S, dtype=dtype)
+    S = sp.csr_matrix(S, dtype=dtype)
+    if S.nnz and not S.data.all():
+        S = S.copy()
+        S.eliminate_zeros()
+    return S
+
+
+def _csr_join(terms: list[Term], n: int, m: int, dtype: Any) -> sp.csr_matrix:
+    """The joined matrix ``sum_t I_t S_t M_t^T`` as CSR, written once in place.
+
+    The stored entries of every target row are counted first (from the sources'
+    row counts, gathered), so ``indptr`` is exact and ``indices`` and ``data`` are
+    allocated once at their final size; each term then writes its rows, a block of
+    target rows at a time (SciPy's row gather of the source, then a scatter into the
+    rows' next free slots). The peak is the result plus a few MB of block
+    temporaries: building it from per-term COO pieces, concatenated and converted,
+    held about five copies of the entries at once.
+    """
+    # In column order, so that a row's entries come out sorted unless the terms'
+    # columns interleave.
+    terms = sorted(terms, key=lambda t: int(np.min(t.cols, initial=m)))
+    sources = [_join_source(t.S, dtype) for t in terms]
+    counts = np.zeros(n, dtype=np.int64)
+    width = 0.0
+    for t, S in zip(terms, sources):
+        if sp.issparse(S):
+            per_row = np.diff(S.indptr)
+            width += S.nnz / max(S.shape[0], 1)
+        else:
+            per_row = np.count_nonzero(S, axis=1)
+            width += S.shape[1]
+        counts += t.rows.gather(per_row)
+    nnz = int(counts.sum())
+    index_dtype = np.int32 if max(nnz, m) < np.iinfo(np.int32).max else np.int64
+    indptr = np.zeros(n + 1, dtype=index_dtype)
+    np.cumsum(counts, out=indptr[1:])
+    indices = np.empty(nnz, dtype=index_dtype)
+    data = np.empty(nnz, dtype=dtype)
+    free = counts  # from here on: the next free slot of every row
+    free[:] = indptr[:-1]
+    step = max(1024, int(_JOIN_BLOCK_ENTRIES / max(width, 1.0)))
+    for t, S in zip(terms, sources):
+        cols = np.asarray(t.cols, dtype=index_dtype)
+        for start in range(0, n, step):
+            stop = min(start + step, n)
+            valid = None
+            if t.rows.is_identity:
+                src: Any = slice(start, stop)
+            else:
+                src = t.rows.idx[start:stop]
+                if t.rows.has_missing:
+                    valid = np.flatnonzero(src >= 0)
+                    src = src[valid]
+            block = S[src] if sp.issparse(S) else sp.csr_matrix(S[src])
+            if not block.nnz:
+                continue
+            lens = np.diff(block.indptr)
+            if valid is None:
+                slots = free[start:stop]
+            else:
+                valid += start
+                slots = free[valid]
+            dst = np.repeat(slots - block.indptr[:-1], lens)
+            dst += np.arange(block.nnz)
+            indices[dst] = cols[block.indices]
+            data[dst] = block.data
+            if valid is None:
+                slots += lens
+            else:
+                free[valid] += lens
+    out = sp.csr_matrix((data, indices, indptr), shape=(n, m), copy=False)
+    if not out.has_sorted_indices:
+        out.sort_indices()
+    return out
+
+
 class MatrixOperator(Operator):
     """The operator protocol over a plain dense ndarray or SciPy sparse matrix.
 
@@ -1087,18 +1173,7 @@ class FactorizedMatrix(Operator):
                     else:
                         out[rows, sel] = block
             return out
-        rows, cols, vals = [], [], []
-        for t in self.terms:
-            P = sp.coo_matrix(t.rows.indicator(self.dtype) @ sp.csr_matrix(t.S))
-            keep = P.data != 0
-            rows.append(P.row[keep])
-            cols.append(t.cols[P.col[keep]])
-            vals.append(P.data[keep])
-        return sp.csr_matrix(
-            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-            shape=(n, m),
-            dtype=self.dtype,
-        )
+        return _csr_join(self.terms, n, m, self.dtype)
 
     def materialized(self) -> MatrixOperator:
         return MatrixOperator(self.materialize())
