@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -17,11 +15,12 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ilargi_sklearn._backend._gpu import probe_gpu
-from ilargi_sklearn.dataset import (
-    AffineOperator,
-    FactorizedMatrix,
-    MatrixOperator,
-    MultiSourceDataset,
+from ilargi_sklearn.dataset import MultiSourceDataset
+from ilargi_sklearn.dataset._cache import (
+    clear_materialization_cache,
+    is_materialization_cached,
+    materialized_dataset,
+    set_materialization_cache,
 )
 from ilargi_sklearn.planner._cost_model import load_cost_model
 from ilargi_sklearn.planner._features import (
@@ -40,172 +39,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-# ------------------------------------------------------- materialization cache
-def _total_memory() -> int:
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, ValueError, OSError):  # pragma: no cover - non-POSIX
-        return 8 * 2**30
-
-
-class _MaterializedCache:
-    """LRU of joined matrices, keyed by (root token, device).
-
-    A grid search over one dataset fits on many row slices of it; each slice's
-    joined matrix is ``M[rows]`` of the root's ``M``, so the join is built once.
-    """
-
-    def __init__(self, max_entries: int = 4, max_bytes: int | None = None) -> None:
-        self.max_entries = max_entries
-        self.max_bytes = max_bytes if max_bytes is not None else _total_memory() // 4
-        self._entries: OrderedDict[tuple[Any, str], tuple[Any, int]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, token: Any, device: str) -> Any:
-        with self._lock:
-            entry = self._entries.get((token, device))
-            if entry is None:
-                return None
-            self._entries.move_to_end((token, device))
-            return entry[0]
-
-    def __contains__(self, key: tuple[Any, str]) -> bool:
-        with self._lock:
-            return key in self._entries
-
-    def put(self, token: Any, device: str, matrix: Any, nbytes: int) -> None:
-        if nbytes > self.max_bytes:
-            return
-        with self._lock:
-            self._entries[(token, device)] = (matrix, nbytes)
-            self._entries.move_to_end((token, device))
-            while len(self._entries) > self.max_entries or (
-                sum(n for _, n in self._entries.values()) > self.max_bytes
-            ):
-                self._entries.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-
-_CACHE = _MaterializedCache()
-
-
-def set_materialization_cache(max_entries: int = 4, max_bytes: int | None = None):
-    """Bound the cache of joined matrices that materialized plans share.
-
-    Parameters
-    ----------
-    max_entries : int, default=4
-        Most root datasets (times devices) kept.
-    max_bytes : int, optional
-        Most bytes kept; default a quarter of the machine's memory. A joined matrix
-        larger than this is never cached.
-    """
-    _CACHE.max_entries = int(max_entries)
-    _CACHE.max_bytes = _total_memory() // 4 if max_bytes is None else int(max_bytes)
-    _CACHE.clear()
-
-
-def clear_materialization_cache() -> None:
-    """Drop every cached joined matrix (frees their memory)."""
-    _CACHE.clear()
-
-
-def _unwrap_affine(op: Any) -> tuple[Any, list[tuple[Any, Any]]]:
-    layers = []
-    while isinstance(op, AffineOperator):
-        layers.append((op.scale, op.offset))
-        op = op.base
-    return op, layers
-
-
-def _nbytes(A: Any) -> int:
-    if hasattr(A, "indptr"):
-        return int(A.data.nbytes + A.indices.nbytes + A.indptr.nbytes)
-    return int(A.nbytes)
-
-
-def _root_info(ds: MultiSourceDataset) -> tuple[Any, Any, FactorizedMatrix] | None:
-    """(token, rows in the root or None, the root's factorized operator), when the
-    dataset's root is known and consistent with it; else None (no caching)."""
-    token = getattr(ds, "_root_token", None)
-    if token is None:
-        return None
-    rows = getattr(ds, "_root_rows", None)
-    root_op = getattr(ds, "_root_operator", None)
-    base, _ = _unwrap_affine(ds.operator)
-    root = base if rows is None else _unwrap_affine(root_op)[0]
-    if not isinstance(base, FactorizedMatrix) or not isinstance(root, FactorizedMatrix):
-        return None
-    if (
-        root.n_cols != base.n_cols
-        or root.dtype != base.dtype
-        or len(root.terms) != len(base.terms)
-        or any(a.S is not b.S for a, b in zip(root.terms, base.terms))
-    ):
-        return None
-    if rows is not None:
-        rows = np.asarray(rows)
-        if rows.shape != (base.n_rows,):
-            return None
-    return token, rows, root
-
-
-def _is_cached(X: Any, device: str) -> bool:
-    if not isinstance(X, MultiSourceDataset):
-        return False
-    info = _root_info(X)
-    return info is not None and (info[0], device) in _CACHE
-
-
-def materialized_dataset(
-    ds: MultiSourceDataset, device: str = "cpu"
-) -> tuple[MultiSourceDataset, bool]:
-    """The dataset over its joined matrix, built once per root dataset.
-
-    The result is a :class:`MultiSourceDataset` whose operator is the joined matrix
-    (under the same implicit scaling and centering as ``ds``), with the same feature
-    names: an estimator fitted on it with ``strategy="materialized"`` computes
-    exactly what it computes on ``ds`` itself, but the join of the root dataset is
-    built once and cached (see :func:`set_materialization_cache`), and a row slice
-    takes its rows of it.
-
-    Parameters
-    ----------
-    ds : MultiSourceDataset
-    device : str, default="cpu"
-
-    Returns
-    -------
-    dataset : MultiSourceDataset
-    hit : bool
-        Whether the joined matrix came from the cache.
-    """
-    base, layers = _unwrap_affine(ds.operator)
-    info = _root_info(ds)
-    hit = False
-    A = None
-    if info is not None:
-        token, rows, root = info
-        M = _CACHE.get(token, device)
-        hit = M is not None
-        # Build the root's join only when the slice is most of it (a CV fold);
-        # for a small slice its own join is cheaper.
-        if M is None and (rows is None or 2 * rows.shape[0] >= root.n_rows):
-            M = root.materialize()
-            _CACHE.put(token, device, M, _nbytes(M))
-        if M is not None:
-            A = M if rows is None else M[rows]
-    if A is None:
-        A = base.materialize()
-    op: Any = MatrixOperator(A)
-    for scale, offset in reversed(layers):
-        op = AffineOperator(op, scale, offset)
-    return MultiSourceDataset(op, ds.feature_names, ds.source_names), hit
 
 
 # -------------------------------------------------------------------- helpers
@@ -449,7 +282,7 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
             if why:
                 fallback.append(why)
             features = plan_features(X, self.estimator, y)
-            cached = {p: _is_cached(X, split_plan(p)[1]) for p in plans}
+            cached = {p: is_materialization_cached(X, split_plan(p)[1]) for p in plans}
             model = load_cost_model(self.cost_model)
             predicted = model.predict(features, plans, cached)
             order = sorted(plans, key=lambda p: (predicted[p], PLANS.index(p)))
@@ -573,7 +406,7 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
         else is passed as it is.
         """
         rep, device = split_plan(self.plan_)
-        if rep == "materialized" and _is_cached(X, device):
+        if rep == "materialized" and is_materialization_cached(X, device):
             return materialized_dataset(X, device)[0]
         return X
 

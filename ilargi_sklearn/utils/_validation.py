@@ -17,6 +17,7 @@ from ilargi_sklearn._backend._namespace import (
     to_numpy,
 )
 from ilargi_sklearn.dataset import MatrixOperator, MultiSourceDataset, Operator
+from ilargi_sklearn.dataset._cache import materialized_operator
 
 __all__ = [
     "DEVICES",
@@ -184,7 +185,9 @@ def validate_X(
     """Validate ``X`` once at the estimator boundary and return its operator.
 
     A :class:`MultiSourceDataset` gives its (factorized) operator, or the materialized
-    one when ``strategy="materialized"``; arrays go through scikit-learn's
+    one when ``strategy="materialized"`` (the joined matrix of the dataset's root,
+    built once and cached: :func:`~ilargi_sklearn.planner.set_materialization_cache`,
+    and a slice's rows of it); arrays go through scikit-learn's
     ``validate_data`` and give a :class:`MatrixOperator`. ``n_features_in_`` and
     ``feature_names_in_`` are set when ``reset`` and checked otherwise.
 
@@ -231,7 +234,9 @@ def validate_X(
         if ensure_non_negative:
             _check_non_negative_operator(op, name)
         if strategy == "materialized":
-            op = op.materialized()
+            # Built once per root dataset and shared by the fits on its slices.
+            key = "cpu" if is_numpy_namespace(op.xp) else str(X.device)
+            op = materialized_operator(X, key)[0]
         return op
     X = validate_data(
         estimator,
