@@ -40,10 +40,13 @@ from ilargi_sklearn.planner._hardware import cache_dir
 __all__ = [
     "CostModel",
     "default_model_path",
+    "fit_cost_model",
     "fit_efficiency",
     "load_cost_model",
     "read_records",
+    "save_cost_model",
     "shipped_model_path",
+    "shipped_records_path",
     "train_cost_model",
     "training_table",
 ]
@@ -53,6 +56,7 @@ logger = logging.getLogger(__name__)
 #: What the model predicts; a model with another target is not used.
 TARGET = "log10_seconds_over_calibrated_roofline_v2"
 _MODEL_FILE = "cost_model.cbm"
+_RECORDS_FILE = "calibration.jsonl"
 
 _lock = threading.Lock()
 _loaded: dict[tuple[str, int, int], CostModel] = {}
@@ -62,6 +66,11 @@ _warned: set[str] = set()
 def shipped_model_path() -> Path:
     """The default model shipped with the package (trained by its developers)."""
     return Path(str(resources.files("ilargi_sklearn.planner") / "data" / _MODEL_FILE))
+
+
+def shipped_records_path() -> Path:
+    """The timing records the shipped model was trained on."""
+    return shipped_model_path().with_name(_RECORDS_FILE)
 
 
 def default_model_path() -> Path:
@@ -97,6 +106,9 @@ class CostModel:
     efficiency : dict of str to float, optional
         Per cost component, the measured slow-down against the hardware rates
         (CPU plans; see :func:`fit_efficiency`).
+    records_until : float, optional
+        Time stamp (``time.time()``) of the newest calibration record the model was
+        trained on; records after it are new to the model. None when unknown.
     """
 
     def __init__(
@@ -105,11 +117,13 @@ class CostModel:
         source: str = "analytical",
         gpu_trained: bool = False,
         efficiency: dict[str, float] | None = None,
+        records_until: float | None = None,
     ) -> None:
         self.booster = booster
         self.source = source
         self.gpu_trained = gpu_trained
         self.efficiency = dict(efficiency or {})
+        self.records_until = records_until
 
     @property
     def is_learned(self) -> bool:
@@ -239,6 +253,8 @@ def load_cost_model(cost_model: Any = "default") -> CostModel:
             k: float(v)
             for k, v in json.loads(meta.get("ilargi_efficiency", "{}")).items()
         }
+        until = meta.get("ilargi_records_until")
+        records_until = None if until is None else float(until)
     except Exception as exc:  # noqa: BLE001 - any unreadable file falls back
         _warn_once(
             key,
@@ -246,7 +262,7 @@ def load_cost_model(cost_model: Any = "default") -> CostModel:
             f"{exc}); plans are chosen with the analytical (roofline) model.",
         )
         return CostModel()
-    model = CostModel(booster, str(path), gpu_trained, efficiency)
+    model = CostModel(booster, str(path), gpu_trained, efficiency, records_until)
     with _lock:
         _loaded[cache_key] = model
     logger.info("loaded cost model %s", path)
@@ -376,6 +392,95 @@ def training_table(
     return names, np.asarray(X, dtype=float), np.asarray(y, dtype=float)
 
 
+def fit_cost_model(
+    records: Iterable[dict[str, Any]],
+    *,
+    iterations: int = 300,
+    depth: int = 6,
+    learning_rate: float = 0.08,
+    random_state: int = 0,
+    thread_count: int = -1,
+    records_until: float | None = None,
+) -> CostModel:
+    """Train the cost model on timing records, in memory.
+
+    Parameters
+    ----------
+    records : iterable of dict
+        Timing records (see :func:`read_records`).
+    iterations, depth, learning_rate : CatBoost parameters
+    random_state : int, default=0
+    thread_count : int, default=-1
+    records_until : float, optional
+        Time stamp of the newest record the model counts as seen (stored with the
+        model as ``CostModel.records_until``); default the newest ``time`` of
+        ``records``.
+
+    Returns
+    -------
+    CostModel
+        With ``source="trained"``; :func:`train_cost_model` also saves it.
+    """
+    from catboost import CatBoostRegressor, Pool
+
+    records = _usable(records)
+    efficiency = fit_efficiency(records)
+    names, X, y = training_table(records, efficiency)
+    booster = CatBoostRegressor(
+        iterations=iterations,
+        depth=depth,
+        learning_rate=learning_rate,
+        loss_function="RMSE",
+        random_seed=random_state,
+        thread_count=thread_count,
+        verbose=0,
+        allow_writing_files=False,
+    )
+    booster.fit(Pool(X, y, feature_names=names))
+    if records_until is None:
+        records_until = max((float(r.get("time", 0.0)) for r in records), default=0.0)
+    n_gpu = sum(1 for r in records if str(r.get("plan", "")).endswith("-gpu"))
+    meta = booster.get_metadata()
+    meta["ilargi_target"] = TARGET
+    meta["ilargi_records"] = str(len(y))
+    meta["ilargi_efficiency"] = json.dumps(efficiency, sort_keys=True)
+    meta["ilargi_gpu_records"] = str(n_gpu)
+    meta["ilargi_records_until"] = repr(float(records_until))
+    residual = booster.predict(X) - y
+    logger.info(
+        "trained cost model on %d records (train RMSE %.3f in log10 seconds)",
+        len(y),
+        float(np.sqrt(np.mean(residual**2))),
+    )
+    return CostModel(booster, "trained", n_gpu > 0, efficiency, float(records_until))
+
+
+def save_cost_model(model: CostModel, model_path: Any = None) -> Path:
+    """Save a trained model (atomically: a reader never sees half a file).
+
+    Parameters
+    ----------
+    model : CostModel
+        A learned model (from :func:`fit_cost_model`).
+    model_path : path-like, optional
+        Default ``cost_model.cbm`` in the user cache directory (which
+        ``cost_model="default"`` then uses).
+
+    Returns
+    -------
+    path : pathlib.Path
+    """
+    if model.booster is None:
+        raise ValueError("the analytical model has nothing to save.")
+    path = Path(model_path) if model_path is not None else cache_dir() / _MODEL_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    model.booster.save_model(str(tmp))
+    os.replace(tmp, path)
+    logger.info("saved cost model -> %s", path)
+    return path
+
+
 def train_cost_model(
     records_paths: Any,
     model_path: Any = None,
@@ -408,41 +513,14 @@ def train_cost_model(
     path : pathlib.Path
         The saved model.
     """
-    from catboost import CatBoostRegressor, Pool
-
     if records is None:
         records = read_records(records_paths)
-    records = _usable(records)
-    efficiency = fit_efficiency(records)
-    names, X, y = training_table(records, efficiency)
-    model = CatBoostRegressor(
+    model = fit_cost_model(
+        records,
         iterations=iterations,
         depth=depth,
         learning_rate=learning_rate,
-        loss_function="RMSE",
-        random_seed=random_state,
+        random_state=random_state,
         thread_count=thread_count,
-        verbose=0,
-        allow_writing_files=False,
     )
-    model.fit(Pool(X, y, feature_names=names))
-    meta = model.get_metadata()
-    meta["ilargi_target"] = TARGET
-    meta["ilargi_records"] = str(len(y))
-    meta["ilargi_efficiency"] = json.dumps(efficiency, sort_keys=True)
-    meta["ilargi_gpu_records"] = str(
-        sum(1 for r in records if str(r.get("plan", "")).endswith("-gpu"))
-    )
-    path = Path(model_path) if model_path is not None else cache_dir() / _MODEL_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    model.save_model(str(tmp))
-    os.replace(tmp, path)
-    residual = model.predict(X) - y
-    logger.info(
-        "trained cost model on %d records (train RMSE %.3f in log10 seconds) -> %s",
-        len(y),
-        float(np.sqrt(np.mean(residual**2))),
-        path,
-    )
-    return path
+    return save_cost_model(model, model_path)
