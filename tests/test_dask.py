@@ -335,3 +335,22 @@ def test_materialized_strategy_is_refused(pair):
     _, dds = pair
     with pytest.raises(NotImplementedError, match="strategy='materialized' is not"):
         FactorizedLinearRegression(strategy="materialized").fit(dds, np.ones(len(dds)))
+
+
+def test_from_matrices_with_a_dask_source_builds_the_dask_dataset(client):
+    base, S1, S2, idx1, idx2 = _parts()
+    mem = MultiSourceDataset.from_matrices([base, S1, S2], [None, idx1, idx2])
+    dds = MultiSourceDataset.from_matrices(
+        [da.from_array(base, chunks=(CHUNK, 3)), S1, S2], [None, idx1, idx2]
+    )
+    assert isinstance(dds.operator, DaskFactorizedMatrix)
+    w = np.arange(mem.shape[1], dtype=np.float64)
+    _close((dds @ w).compute(), mem @ w)
+    np.testing.assert_array_equal(dds.base_rows_, np.arange(N_ROWS))
+    with pytest.raises(TypeError, match="dask_dataset"):
+        MultiSourceDataset.from_matrices(
+            [da.from_array(base, chunks=(CHUNK, 3)), S1],
+            [None, idx1],
+            [None, None],
+            priority=[1, 0],
+        )

@@ -119,7 +119,7 @@ def _frame_cases():
             "nan base",
             ValueError,
             r"source 'base', column 'a' has 1 NaN values; pass base_impute=\.\.\. \('zero', "
-            r"'mean', 'median' or a number\)",
+            r"'mean', 'median', 'joined_mean' or a number\)",
             lambda: from_frames(nan_base, ["a"]),
             [nan_base],
         ),
@@ -179,8 +179,8 @@ def _frame_cases():
         (
             "bad impute",
             ValueError,
-            "impute of table 'dim' must be None, 'zero', 'mean', 'median' or a finite "
-            "number, got 'average'",
+            "impute of table 'dim' must be None, 'zero', 'mean', 'median', 'joined_mean' "
+            "or a finite number, got 'average'",
             lambda: from_frames(
                 base,
                 ["a"],
@@ -200,7 +200,8 @@ def _frame_cases():
             "int vs str keys",
             TypeError,
             r"join 'dim': key base.k \(int64\) and dim.k \((str|object)\) have incompatible "
-            r"dtypes; cast one side first",
+            r"dtypes: dim.k holds numbers stored as text \(e.g. \['1', '2', '5'\]\); "
+            r"convert it first, e.g. frame\['k'\] = pd.to_numeric\(frame\['k'\]\)",
             lambda: from_frames(
                 base, ["a"], [J(str_key, on="k", features=["b"], name="dim")]
             ),
@@ -356,7 +357,9 @@ def _frame_cases():
         (
             "inner join matching nothing",
             ValueError,
-            r"no target rows: inner join 'dim' matched no row of 'base' \(base.k = dim.k\)",
+            r"join 'dim' \(inner, base.k = dim.k\) matched 0 of 4 rows \(0%\); unmatched "
+            r"keys include \[1, 2, 3\]. No row matched: the keys are probably wrong. If "
+            r"this is intended, pass min_match=0",
             lambda: from_frames(
                 base,
                 ["a"],
@@ -425,7 +428,7 @@ def _frame_cases():
         (
             "categorical with only missing values",
             ValueError,
-            "no features selected.*categorical column with only missing values",
+            "no features selected.*categorical column whose values all are missing",
             lambda: from_frames(all_missing, ["c"], base_impute="zero"),
             [all_missing],
         ),
@@ -502,7 +505,7 @@ def _frame_cases():
         (
             "base not a frame",
             TypeError,
-            "base must be a pandas DataFrame, got ndarray",
+            "base must be a pandas.* got numpy.ndarray",
             lambda: from_frames(base.to_numpy(), ["a"]),
             [base],
         ),
@@ -516,7 +519,7 @@ def _frame_cases():
         (
             "Join of an array",
             TypeError,
-            "join 'dim': table must be a pandas DataFrame, got ndarray",
+            "join 'dim': table must be a pandas.* got numpy.ndarray",
             lambda: from_frames(base, ["a"], [J(dim.to_numpy(), on="k", name="dim")]),
             [base, dim],
         ),
@@ -580,12 +583,34 @@ def test_opt_in_imputation(impute, fill):
     )
 
 
-def test_missing_keys_match_like_pandas():
-    # As pandas.merge does (documented in from_frames' Notes).
+def test_missing_keys_never_match_unless_nulls_equal():
+    # SQL's rule by default; pandas.merge's with nulls_equal=True (from_frames'
+    # Notes). Missing keys are counted in the match report.
     base = pd.DataFrame({"k": [1.0, np.nan, 3.0], "a": [1.0, 2.0, 3.0]})
     dim = pd.DataFrame({"k": [np.nan, 1.0], "b": [5.0, 6.0]})
-    ds = from_frames(base, ["a"], [Join(dim, on="k", features=["b"])])
+    ds = from_frames(base, ["a"], [Join(dim, on="k", features=["b"], name="d")])
+    np.testing.assert_allclose(ds.materialize("dense"), [[1, 6], [2, 0], [3, 0]])
+    report = ds.match_report_.loc["d"]
+    assert (report["rows"], report["matched"], report["null_keys"]) == (3, 1, 1)
+    # Composite keys: a missing part is a missing key.
+    base2 = base.assign(j=["a", "b", "c"])
+    dim2 = dim.assign(j=["b", "a"])
+    ds2 = from_frames(base2, ["a"], [Join(dim2, on=["k", "j"], features=["b"])])
+    np.testing.assert_allclose(ds2.materialize("dense")[:, 1], [6, 0, 0])
+    same = Join(dim, on="k", features=["b"], nulls_equal=True)
+    ds = from_frames(base, ["a"], [same])
     ref = base.merge(dim, on="k", how="left").fillna(0.0)
+    np.testing.assert_allclose(ds.materialize("dense"), ref[["a", "b"]])
+    # One-to-many: rows with a missing key on the right are never partners.
+    many = pd.DataFrame({"k": [np.nan, 1.0, 1.0, np.nan], "b": [5.0, 6.0, 7.0, 8.0]})
+    ds = from_frames(base, ["a"], [Join(many, on="k", features=["b"])])
+    np.testing.assert_allclose(
+        ds.materialize("dense"), [[1, 6], [1, 7], [2, 0], [3, 0]]
+    )
+    ds = from_frames(
+        base, ["a"], [Join(many, on="k", features=["b"], nulls_equal=True)]
+    )
+    ref = base.merge(many, on="k", how="left").fillna(0.0)
     np.testing.assert_allclose(ds.materialize("dense"), ref[["a", "b"]])
 
 

@@ -173,6 +173,8 @@ def build_inputs(spec):
         "coalesce": ["w"] if spec["coalesce"] else [],
         "priority": spec["priority"],
         "dtype": spec["dtype"],
+        # Joins that match nothing are part of the generated schemas.
+        "min_match": 0,
     }
     return tables, joins, keys, kwargs
 
@@ -266,7 +268,12 @@ def pandas_reference(spec, tables, keys):
                 columns.append(value)
                 names.append(f"{w_sources[0]}__w")
             elif col in ("c", "cat", "cn") or col in spec["categorical"][name]:
-                cats = tables[name][col].astype("category").cat.categories
+                # The values that occur in the joined rows, sorted (OneHotEncoder's
+                # categories on the merged table).
+                present = set(s.dropna().tolist())
+                cats = sorted(
+                    v for v in tables[name][col].dropna().unique() if v in present
+                )
                 one_hot = True
                 for c in cats:
                     columns.append((s == c).fillna(False).to_numpy(dtype=np.float64))
@@ -553,7 +560,10 @@ def test_composite_keys_and_left_on_right_on(check_operators):
 def test_left_join_matching_nothing_gives_zero_columns(check_operators):
     base = pd.DataFrame({"k": [1, 2, 3], "a": [1.0, 2.0, 3.0]})
     other = pd.DataFrame({"k": [7, 8], "b": [5.0, 6.0]})
-    ds = from_frames(base, ["a"], [Join(other, on="k", features=["b"], indicator=True)])
+    join = Join(other, on="k", features=["b"], indicator=True)
+    with pytest.raises(ValueError, match="matched 0 of 3 rows.*min_match=0"):
+        from_frames(base, ["a"], [join])
+    ds = from_frames(base, ["a"], [join], min_match=0)
     M = check_operators(ds)
     np.testing.assert_allclose(M, [[1.0, 0, 0], [2.0, 0, 0], [3.0, 0, 0]])
     assert ds.describe().sources.loc["join0", "matched"] == 0.0
@@ -640,7 +650,7 @@ def test_float_block_copy_equals_column_by_column(monkeypatch, dtype):
     """Large all-float tables are copied as one block: same dataset as the
     column-by-column path, no memory shared with the frame, and NaN or non-float
     columns still go through the per-column checks."""
-    from ilargi_sklearn.dataset import _builder
+    from ilargi_sklearn.dataset import _encoding
 
     rng = np.random.default_rng(0)
     base = pd.DataFrame(
@@ -654,7 +664,7 @@ def test_float_block_copy_equals_column_by_column(monkeypatch, dtype):
     dim = pd.DataFrame({"k": range(4), "d": rng.standard_normal(4), "n": [1, 2, 3, 4]})
     joins = [Join(dim, on="k", features=["d", "n"], name="dim")]
     ref = from_frames(base, ["a", "b", "c"], joins, dtype=dtype)
-    monkeypatch.setattr(_builder, "_BLOCK_COPY_MIN", 0)
+    monkeypatch.setattr(_encoding, "_BLOCK_COPY_MIN", 0)
     got = from_frames(base, ["a", "b", "c"], joins, dtype=dtype)
     assert list(got.feature_names) == list(ref.feature_names)
     assert got.dtype == ref.dtype == dtype
@@ -686,3 +696,58 @@ def test_huge_finite_values_are_not_taken_for_infinite():
     base.loc[2, "a"] = -np.inf
     with pytest.raises(ValueError, match=r"column 'a' contains infinite"):
         from_frames(base, ["a", "b"], [], base_impute="zero")
+
+
+def _merged_target(spec, tables, keys, target):
+    """The base column ``target`` after the chain of ``pandas.merge`` calls."""
+    pref = {}
+    for name, t in tables.items():
+        t = t.add_prefix(f"{name}__")
+        pref[name] = t
+    cur = pref["base"].assign(**{f"base__{target}": target_values(tables)})
+    for j in spec["joins"]:
+        left = j["via"] or "base"
+        lk, rk = keys[j["name"]]
+        cur = cur.merge(
+            pref[j["name"]],
+            left_on=[f"{left}__{k}" for k in lk],
+            right_on=[f"{j['name']}__{k}" for k in rk],
+            how=j["how"],
+        )
+    return cur[f"base__{target}"].to_numpy(dtype=np.float64)
+
+
+def target_values(tables):
+    return np.arange(len(tables["base"]), dtype=np.float64) * 10 + 0.5
+
+
+@given(spec=frame_schemas())
+def test_aligned_target_equals_the_merged_target_column(spec):
+    """ds.align(y) is the merged frame's target column, row for row (as a multiset
+    where pandas sorts outer-join keys); a slice and the target= option agree."""
+    tables, joins, keys, kwargs = build_inputs(spec)
+    expected = _merged_target(spec, tables, keys, "target")
+    if len(expected) == 0:
+        return  # the joins leave no rows: from_frames raises (tested above)
+    y = pd.Series(target_values(tables), index=tables["base"].index)
+    ds, got = from_frames(
+        tables["base"].assign(target=y),
+        spec["base_features"],
+        joins,
+        target="target",
+        **kwargs,
+    )
+    assert ds.n_base_rows_ == len(tables["base"])
+    rows = ds.base_rows_
+    assert ((rows >= -1) & (rows < ds.n_base_rows_)).all()
+    aligned = ds.align(y, fill_value=np.nan).to_numpy()
+    np.testing.assert_array_equal(got.fillna(np.nan).to_numpy(), aligned)
+    if any(j["how"] == "outer" for j in spec["joins"]):
+        np.testing.assert_array_equal(np.sort(aligned), np.sort(expected))
+    else:
+        np.testing.assert_array_equal(aligned, expected)
+    # A slice (what cross-validation does) takes its rows' targets.
+    pick = np.arange(len(ds))[::2]
+    np.testing.assert_array_equal(
+        ds[pick].align(y.to_numpy(), fill_value=np.nan), aligned[pick]
+    )

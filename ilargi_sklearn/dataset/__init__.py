@@ -1,6 +1,12 @@
 """MultiSourceDataset, its builders and the operator protocol."""
 
-from ilargi_sklearn.dataset._builder import Join, from_frames
+from ilargi_sklearn.dataset._builder import (
+    DEFAULT_MIN_MATCH,
+    Join,
+    JoinMatchWarning,
+    from_frames,
+)
+from ilargi_sklearn.dataset._encoding import UnknownCategoryWarning
 from ilargi_sklearn.dataset._multi_source import (
     DatasetDescription,
     MultiSourceDataset,
@@ -12,15 +18,20 @@ from ilargi_sklearn.dataset._operators import (
     MatrixOperator,
     Operator,
 )
+from ilargi_sklearn.dataset._schema import DatasetSchema
 
 __all__ = [
+    "DEFAULT_MIN_MATCH",
     "AffineOperator",
     "DatasetDescription",
+    "DatasetSchema",
     "FactorizedMatrix",
     "Join",
+    "JoinMatchWarning",
     "MatrixOperator",
     "MultiSourceDataset",
     "Operator",
+    "UnknownCategoryWarning",
     "as_operator",
     "from_frames",
 ]

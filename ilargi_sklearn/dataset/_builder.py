@@ -1,25 +1,60 @@
-"""Building a MultiSourceDataset from pandas DataFrames and join specifications.
+"""Building a MultiSourceDataset from DataFrames and join specifications.
 
 Joins are computed on key columns and row ids only: each join yields an index vector
 (target row -> row of the joined table), snowflake joins compose index vectors, and
 feature columns are encoded once per source table, never repeated per target row.
+
+Building *fits* an encoding (the categories that occur, the imputation values) and
+records it, with the joins, as the dataset's :class:`DatasetSchema`; building with
+that schema encodes new frames exactly like the training ones. Every join reports
+how many rows it matched: a join that matches few rows is almost always a key
+mistake, so it warns (and fails when no row matches) unless told otherwise.
 """
 
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-import scipy.sparse as sp
 
-__all__ = ["Join", "from_frames"]
+from ilargi_sklearn.dataset._encoding import (
+    HANDLE_UNKNOWN,
+    Impute,
+    TableEncoding,
+    UnknownCategoryWarning,
+    check_impute,
+    derive_encoding,
+    encode_table,
+    is_categorical,
+)
+from ilargi_sklearn.dataset._keys import (
+    key_codes,
+    key_hazards,
+    key_kind,
+    numbers_as_text,
+)
+
+__all__ = ["DEFAULT_MIN_MATCH", "Join", "JoinMatchWarning", "from_frames"]
 
 How = Literal["inner", "left", "outer"]
-Impute = Literal["zero", "mean", "median"] | float | None
+
+#: Joins matching fewer of their rows than this warn (:class:`JoinMatchWarning`).
+#: Below one half, most rows take zeros for the table's features: either the keys
+#: are wrong (the usual cause, and then the rate is near 0) or the table barely
+#: informs the model; both are worth a look, and ``min_match`` silences it.
+DEFAULT_MIN_MATCH = 0.5
+
+#: The right key of a row-number join (``Join(row_number=...)``).
+ROW_NUMBER = "<row number>"
+
+
+class JoinMatchWarning(UserWarning):
+    """A join matched fewer rows than its ``min_match``: probably a key mistake."""
 
 
 @dataclass(frozen=True)
@@ -28,7 +63,7 @@ class Join:
 
     Parameters
     ----------
-    table : pandas.DataFrame
+    table : pandas.DataFrame, polars.DataFrame or pyarrow.Table
         The table to join (never modified).
     on : str or list of str, optional
         Key column(s) with the same name on both sides.
@@ -46,18 +81,32 @@ class Join:
         Name of an earlier join whose table is the left side (snowflake schemas);
         default the base table.
     categorical : list of str, optional
-        Feature columns to one-hot encode even if numeric. Object, string, boolean-free
+        Feature columns to one-hot encode even if numeric. Object, string and
         categorical dtypes are one-hot encoded automatically.
-    impute : {"zero", "mean", "median"} or float, optional
-        Replacement for NaN in this table's numeric features (computed over the
-        table's rows); default: NaN raises a ``ValueError``. For categorical features
+    impute : {"zero", "mean", "median", "joined_mean"} or float, optional
+        Replacement for NaN in this table's numeric features; default: NaN raises a
+        ``ValueError``. ``"mean"`` and ``"median"`` are computed over the table's
+        own rows; ``"joined_mean"`` is the mean over the dataset's rows (a table row
+        counts once per dataset row that takes it), which is what
+        ``SimpleImputer`` computes on the joined table. For categorical features
         any imputation maps NaN to an all-zero one-hot row.
     indicator : bool, default=False
         Add a feature ``"{name}__matched"`` that is 1 on target rows this table
         matched and 0 elsewhere (useful with left joins).
+    row_number : int, optional
+        Join ``left_on`` against the table's row number instead of a key column:
+        the first row has number ``row_number`` (1 for the 1-based foreign keys of
+        many exported datasets, 0 for positions).
+    nulls_equal : bool, default=False
+        Whether a missing key (NaN, None, NaT) matches a missing key, as in
+        ``pandas.merge``. By default missing keys match nothing, as in SQL.
+    min_match : float, optional
+        Warn (:class:`JoinMatchWarning`) when fewer than this fraction of the rows
+        find a partner; a join that matches no row raises unless ``min_match=0``.
+        Default: ``from_frames``' ``min_match``.
     """
 
-    table: pd.DataFrame
+    table: Any
     on: str | Sequence[str] | None = None
     left_on: str | Sequence[str] | None = None
     right_on: str | Sequence[str] | None = None
@@ -68,95 +117,66 @@ class Join:
     categorical: Sequence[str] = field(default_factory=tuple)
     impute: Impute = None
     indicator: bool = False
+    row_number: int | None = None
+    nulls_equal: bool = False
+    min_match: float | None = None
 
     def keys(self, label: str) -> tuple[list[str], list[str]]:
-        def as_list(v: Any) -> list[str]:
-            return [v] if isinstance(v, str) else list(v)
-
+        """The left and right key columns (:data:`ROW_NUMBER` for a row number)."""
+        if self.row_number is not None:
+            if self.on is not None or self.right_on is not None:
+                raise ValueError(
+                    f"join {label!r}: row_number joins left_on against the table's "
+                    "row number; give left_on only (no on or right_on)."
+                )
+            if self.left_on is None:
+                raise ValueError(f"join {label!r}: row_number needs left_on.")
+            lk = _as_list(self.left_on)
+            if len(lk) != 1:
+                raise ValueError(
+                    f"join {label!r}: a row-number join takes one left_on column, "
+                    f"got {lk}."
+                )
+            return lk, [ROW_NUMBER]
         if self.on is not None:
             if self.left_on is not None or self.right_on is not None:
                 raise ValueError(
                     f"join {label!r}: give either on or left_on/right_on, not both."
                 )
-            return as_list(self.on), as_list(self.on)
+            return _as_list(self.on), _as_list(self.on)
         if self.left_on is None or self.right_on is None:
-            raise ValueError(f"join {label!r}: give on, or both left_on and right_on.")
-        lk, rk = as_list(self.left_on), as_list(self.right_on)
+            raise ValueError(
+                f"join {label!r}: give on, or both left_on and right_on (or left_on "
+                "and row_number)."
+            )
+        lk, rk = _as_list(self.left_on), _as_list(self.right_on)
         if len(lk) != len(rk) or not lk:
             raise ValueError(
                 f"join {label!r}: left_on {lk} and right_on {rk} must have the same length."
             )
         return lk, rk
 
-
-def _key_kind(s: pd.Series) -> str:
-    dt = s.dtype
-    if isinstance(dt, pd.CategoricalDtype):
-        return _key_kind(pd.Series(dt.categories))
-    if pd.api.types.is_bool_dtype(dt):
-        return "bool"
-    if pd.api.types.is_numeric_dtype(dt):
-        return "numeric"
-    if pd.api.types.is_datetime64_any_dtype(dt):
-        return "datetime"
-    if pd.api.types.is_string_dtype(dt) or pd.api.types.is_object_dtype(dt):
-        inferred = pd.api.types.infer_dtype(s, skipna=True)
-        if inferred in ("integer", "floating", "mixed-integer-float", "decimal"):
-            return "numeric"
-        if inferred == "empty":
-            return "any"
-        return "string"
-    return str(dt)
+    def spec(self) -> Join:
+        """This join without its table (what a schema keeps)."""
+        return replace(self, table=None)
 
 
-def _key_codes(
-    L: pd.DataFrame, lk: list[str], R: pd.DataFrame, rk: list[str]
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """Integer codes of the (composite) join keys of both tables.
-
-    Equal keys get equal codes on both sides; missing values form one code of their
-    own, so NaN keys match NaN keys as in ``pandas.merge``. Each key column is
-    factorized once over both tables, which is much cheaper than building an Index
-    of (Arrow-backed) strings per join and looking every left key up in it.
-    """
-    n_left = len(L)
-    codes = None
-    n_codes = 1
-    for a, b in zip(lk, rk):
-        c, n_c = _column_codes(L[a], R[b])
-        if codes is None:
-            codes, n_codes = c, n_c
-        else:
-            # Keep the combined codes dense so products never overflow.
-            codes, uniq = pd.factorize(codes * n_c + c)
-            n_codes = len(uniq)
-    return codes[:n_left], codes[n_left:], n_codes
+def _as_list(v: str | Sequence[str] | None) -> list[str]:
+    """A column list; a single string is one column (not its characters)."""
+    if v is None:
+        return []
+    return [v] if isinstance(v, str) else list(v)
 
 
-def _column_codes(a: pd.Series, b: pd.Series) -> tuple[np.ndarray, int]:
-    """Codes of one key column over both tables (left rows first) and their range.
-
-    Integer keys (NumPy dtypes, no missing values) spanning a range comparable to
-    the number of rows are their own codes, offset to start at 0: no hash table
-    (0.3 ms instead of 3 ms for 2e5 + 1e4 keys). Other keys are factorized.
-    """
-    # Check the dtypes first: converting Arrow-backed strings to NumPy is costly.
-    if (
-        all(isinstance(s.dtype, np.dtype) and s.dtype.kind in "iu" for s in (a, b))
-        and len(a)
-        and len(b)
-    ):
-        va, vb = a.to_numpy(), b.to_numpy()
-        lo = min(int(va.min()), int(vb.min()))
-        hi = max(int(va.max()), int(vb.max()))
-        if hi - lo < 2 * (len(va) + len(vb)) + 1024:
-            c = np.empty(len(va) + len(vb), dtype=np.int64)
-            np.subtract(va, lo, out=c[: len(va)], casting="unsafe")
-            np.subtract(vb, lo, out=c[len(va) :], casting="unsafe")
-            return c, hi - lo + 1
-    both = pd.concat([a, b], ignore_index=True)
-    c, uniques = pd.factorize(both, use_na_sentinel=False)
-    return c.astype(np.int64, copy=False), len(uniques)
+def _as_frame(frame: Any, what: str) -> pd.DataFrame:
+    """A pandas DataFrame for a pandas, polars or pyarrow table."""
+    # TODO(interop): polars and pyarrow through dataset._interop once it lands.
+    if not isinstance(frame, pd.DataFrame):
+        raise TypeError(
+            f"{what} must be a pandas DataFrame, got "
+            f"{type(frame).__module__}.{type(frame).__qualname__}."
+        )
+    return frame
 
 
 def _check_columns(
@@ -168,13 +188,6 @@ def _check_columns(
             f"{what} {missing} not found in table {label!r}; its columns are "
             f"{list(frame.columns)}."
         )
-
-
-def _as_list(v: str | Sequence[str] | None) -> list[str]:
-    """A column list; a single string is one column (not its characters)."""
-    if v is None:
-        return []
-    return [v] if isinstance(v, str) else list(v)
 
 
 def _check_table_spec(
@@ -197,190 +210,17 @@ def _check_table_spec(
             f"categorical columns {stray} of table {label!r} are not among its "
             f"features {features}; add them to the features or drop them."
         )
-    valid = impute is None or impute in ("zero", "mean", "median")
-    if not valid and isinstance(impute, numbers.Real) and not isinstance(impute, bool):
-        valid = bool(np.isfinite(impute))
-    if not valid:
-        raise ValueError(
-            f"{impute_arg} of table {label!r} must be None, 'zero', 'mean', 'median' or "
-            f"a finite number, got {impute!r}."
-        )
+    check_impute(impute, label, impute_arg)
 
 
-def _is_categorical(s: pd.Series, forced: Sequence[str]) -> bool:
-    if s.name in forced:
-        return True
-    dt = s.dtype
-    return (
-        isinstance(dt, pd.CategoricalDtype)
-        or pd.api.types.is_string_dtype(dt)
-        or pd.api.types.is_object_dtype(dt)
-    )
-
-
-#: Values from which a table's float features are copied as one block
-#: (:func:`_float_block`). Measured (ms, column by column / one block): 2e5 x 5
-#: 2.0 / 2.8, 2e5 x 10 8.8 / 4.0, 2e5 x 20 24 / 6.2, 1e6 x 5 19 / 13, 5e4 x 40
-#: 6.8 / 5.2: the column writes win while the matrix stays in the cache.
-_BLOCK_COPY_MIN = 2_000_000
-
-
-def _float_block(
-    frame: pd.DataFrame, features: Sequence[str], dtype: np.dtype
-) -> np.ndarray | None:
-    """The features as one new C-ordered matrix when all are finite NumPy floats.
-
-    pandas keeps such columns in one 2-D block, which ``to_numpy`` returns as a
-    transposed view: one transposed copy gives the matrix, where writing column by
-    column into a C-ordered matrix touches a cache line per value, which costs
-    more once the matrix no longer fits in the cache. None when a column is not a
-    NumPy float or any value is NaN or infinite: the column-by-column path then
-    imputes or names the column.
-    """
-    if not features or not all(
-        isinstance(frame[c].dtype, np.dtype) and frame[c].dtype.kind == "f"
-        for c in features
+def _check_fraction(value: Any, what: str) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not 0 <= value <= 1
     ):
-        return None
-    values = frame[list(features)].to_numpy()
-    if not np.isfinite(values).all():
-        return None
-    # A copy in every case: the result never shares memory with the frame.
-    return np.array(values, dtype=dtype, order="C")
-
-
-def _encode(
-    frame: pd.DataFrame,
-    features: Sequence[str],
-    label: str,
-    forced: Sequence[str],
-    impute: Impute,
-    indicator: bool,
-    dtype: np.dtype,
-    sparse: bool,
-    impute_hint: str = "impute=... on its Join",
-) -> tuple[Any, list[str], list[str | None], dict[str, list[Any]]]:
-    """Encode a table's features: numeric columns as floats, categorical as one-hot.
-
-    Returns the matrix, the names of its columns, the feature each column is a plain
-    copy of (None for one-hot and indicator columns) and the categories.
-    """
-    blocks: list[Any] = []
-    names: list[str] = []
-    origins: list[str | None] = []
-    categories: dict[str, list[Any]] = {}
-    any_cat = False
-    n = len(frame)
-    # All-numeric tables (the common case) are written straight into one
-    # preallocated matrix: collecting columns first would hold them twice.
-    direct = None
-    if not any(_is_categorical(frame[col], forced) for col in features):
-        if not indicator and n * len(features) >= _BLOCK_COPY_MIN:
-            fast = _float_block(frame, features, dtype)
-            if fast is not None:
-                names = [f"{label}__{col}" for col in features]
-                return fast, names, list(features), categories
-        direct = np.empty((n, len(features) + int(indicator)), dtype=dtype)
-    for col in features:
-        s = frame[col]
-        if _is_categorical(s, forced):
-            any_cat = True
-            missing = s.isna().to_numpy()
-            if missing.any() and impute is None:
-                raise ValueError(
-                    f"source {label!r}, column {col!r} has {int(missing.sum())} missing "
-                    f"values; pass {impute_hint} to encode them as all-zero rows."
-                )
-            cat = (
-                s.astype("category")
-                if not isinstance(s.dtype, pd.CategoricalDtype)
-                else s
-            )
-            cats = list(cat.cat.categories)
-            codes = cat.cat.codes.to_numpy().astype(np.int64)
-            keep = codes >= 0
-            block = sp.csr_matrix(
-                (
-                    np.ones(int(keep.sum()), dtype=dtype),
-                    (np.flatnonzero(keep), codes[keep]),
-                ),
-                shape=(n, len(cats)),
-            )
-            blocks.append(block)
-            names += [f"{label}__{col}_{c}" for c in cats]
-            origins += [None] * len(cats)
-            categories[f"{label}__{col}"] = cats
-            continue
-        if not (
-            pd.api.types.is_numeric_dtype(s.dtype)
-            or pd.api.types.is_bool_dtype(s.dtype)
-        ):
-            raise TypeError(
-                f"source {label!r}, column {col!r} has dtype {s.dtype}, which is neither "
-                "numeric nor categorical; convert it or list it in categorical=[...]."
-            )
-        v = s.to_numpy(dtype=np.float64, na_value=np.nan)
-        # One pass for the common all-finite column: its sum is finite (a sum
-        # that overflows only costs the two checks below).
-        with np.errstate(over="ignore", invalid="ignore"):
-            finite = bool(np.isfinite(v.sum()))
-        if not finite and np.isinf(v).any():
-            raise ValueError(
-                f"source {label!r}, column {col!r} contains infinite values."
-            )
-        bad = None if finite else np.isnan(v)
-        if bad is not None and bad.any():
-            if impute is None:
-                raise ValueError(
-                    f"source {label!r}, column {col!r} has {int(bad.sum())} NaN values; "
-                    f"pass {impute_hint} ('zero', 'mean', 'median' or a number)."
-                )
-            if impute == "zero":
-                fill = 0.0
-            elif impute == "mean":
-                fill = float(np.nanmean(v)) if (~bad).any() else 0.0
-            elif impute == "median":
-                fill = float(np.nanmedian(v)) if (~bad).any() else 0.0
-            elif isinstance(impute, (int, float)):
-                fill = float(impute)
-            else:
-                raise ValueError(
-                    f"impute must be 'zero', 'mean', 'median' or a number, got {impute!r}."
-                )
-            v = np.where(bad, fill, v)
-        if direct is not None:
-            direct[:, len(names)] = v
-        else:
-            blocks.append(v.astype(dtype, copy=False))
-        names.append(f"{label}__{col}")
-        origins.append(col)
-    if indicator:
-        if direct is not None:
-            direct[:, len(names)] = 1.0
-        else:
-            blocks.append(np.ones(n, dtype=dtype))
-        names.append(f"{label}__matched")
-        origins.append(None)
-    if direct is not None:
-        return (direct if names else None), names, origins, categories
-    if any_cat and sparse:
-        S = sp.hstack(
-            [sp.csr_matrix(b if b.ndim == 2 else b[:, None]) for b in blocks],
-            format="csr",
-            dtype=dtype,
-        )
-    else:
-        # Fill one preallocated matrix column by column: stacking 2-D blocks would
-        # hold every column twice at the peak.
-        S = np.empty((n, len(names)), dtype=dtype)
-        j = 0
-        for b in blocks:
-            width = 1 if b.ndim == 1 else b.shape[1]
-            S[:, j : j + width] = (
-                b.toarray() if sp.issparse(b) else (b[:, None] if b.ndim == 1 else b)
-            )
-            j += width
-    return S, names, origins, categories
+        raise ValueError(f"{what} must be a fraction in [0, 1], got {value!r}.")
+    return float(value)
 
 
 def _expand(
@@ -400,6 +240,13 @@ def _expand(
     return old, pos
 
 
+def _key_frame(R: pd.DataFrame, j: Join) -> pd.DataFrame:
+    """The frame holding the right keys: the table, or its row numbers."""
+    if j.row_number is None:
+        return R
+    return pd.DataFrame({ROW_NUMBER: np.arange(len(R), dtype=np.int64) + j.row_number})
+
+
 def _check_join(
     i: int,
     j: Any,
@@ -412,9 +259,10 @@ def _check_join(
     """Check join ``i`` of a ``from_frames`` call against the tables seen so far.
 
     Returns ``(label, table, left_name, left_table, left_keys, right_keys,
-    features, categorical)``. ``hows`` lists the join types the caller supports;
-    ``kind_of(table_name, column)`` gives a left key column for the dtype check
-    (default: the column itself); ``why`` explains a refused join type.
+    features, categorical)``; the table is converted to pandas. ``hows`` lists the
+    join types the caller supports; ``kind_of(table_name, column)`` gives a left key
+    column for the dtype check (default: the column itself); ``why`` explains a
+    refused join type.
     """
     if not isinstance(j, Join):
         raise TypeError(f"joins[{i}] must be a Join, got {type(j).__name__}.")
@@ -431,11 +279,7 @@ def _check_join(
             f"join {label!r}: how must be {allowed}, got {j.how!r}"
             + (f" ({why})." if why else ".")
         )
-    R = j.table
-    if not isinstance(R, pd.DataFrame):
-        raise TypeError(
-            f"join {label!r}: table must be a pandas DataFrame, got {type(R).__name__}."
-        )
+    R = _as_frame(j.table, f"join {label!r}: table")
     if len(R) == 0:
         raise ValueError(f"table {label!r} is empty.")
     left_name = j.via if j.via is not None else base_name
@@ -444,136 +288,130 @@ def _check_join(
             f"join {label!r}: via={j.via!r} names no earlier table; known: "
             f"{list(tables)}."
         )
+    if j.min_match is not None:
+        _check_fraction(j.min_match, f"join {label!r}: min_match")
+    if j.row_number is not None and (
+        isinstance(j.row_number, bool) or not isinstance(j.row_number, numbers.Integral)
+    ):
+        raise ValueError(
+            f"join {label!r}: row_number must be an integer (the number of the first "
+            f"row, usually 1 or 0), got {j.row_number!r}."
+        )
     L = tables[left_name]
     lk, rk = j.keys(label)
     _check_columns(L, lk, "key columns", left_name)
-    _check_columns(R, rk, "key columns", label)
+    Rk = _key_frame(R, j)
+    _check_columns(Rk, rk, "key columns", label)
     features, forced = _as_list(j.features), _as_list(j.categorical)
     _check_table_spec(R, features, forced, j.impute, label, "impute")
     for a, b in zip(lk, rk):
         left_col = L[a] if kind_of is None else kind_of(left_name, a)
-        ka, kb = _key_kind(left_col), _key_kind(R[b])
+        ka, kb = key_kind(left_col), key_kind(Rk[b])
         if "any" not in (ka, kb) and ka != kb:
-            raise TypeError(
-                f"join {label!r}: key {left_name}.{a} ({L[a].dtype}) and {label}.{b} "
-                f"({R[b].dtype}) have incompatible dtypes; cast one side first."
-            )
+            raise TypeError(_dtype_mismatch(label, left_name, a, left_col, Rk[b], b))
     return label, R, left_name, L, lk, rk, features, forced
 
 
-def from_frames(
-    base: pd.DataFrame,
-    base_features: Sequence[str] = (),
-    joins: Sequence[Join] = (),
-    *,
-    base_name: str = "base",
-    base_categorical: Sequence[str] = (),
-    base_impute: Impute = None,
-    sparse: bool = True,
-    coalesce: Sequence[str] = (),
-    priority: Sequence[str] | None = None,
-    dtype: Any = np.float64,
-) -> Any:
-    """Build a :class:`MultiSourceDataset` from DataFrames and joins.
-
-    Parameters
-    ----------
-    base : pandas.DataFrame
-        The table whose rows are the samples (a relationship table of keys only is
-        fine: give no ``base_features``).
-    base_features : list of str, default=()
-        Feature columns of the base table.
-    joins : list of Join
-        The joins, applied in order; ``via`` names an earlier join.
-    base_name : str, default="base"
-        Source name of the base table.
-    base_categorical, base_impute
-        As ``Join.categorical`` and ``Join.impute``, for the base table.
-    sparse : bool, default=True
-        One-hot encoded sources are stored as CSR (dense when False).
-    coalesce : list of str, default=()
-        Column names that several tables supply and that form one target column
-        (named after its owner). Ownership per target row follows ``priority``.
-    priority : list of str, optional
-        Source names from highest to lowest ownership priority for coalesced
-        columns; default the order base, then joins.
-    dtype : {np.float64, np.float32}, default=np.float64
-
-    Returns
-    -------
-    MultiSourceDataset
-
-    Notes
-    -----
-    Many-to-one joins keep the base table's row order; inner joins drop unmatched
-    rows in order; one-to-many joins repeat a target row once per match, matches in
-    the joined table's order; outer joins append the joined table's unmatched rows at
-    the end (pandas sorts outer-join keys instead; compare as sets). As in
-    ``pandas.merge``, missing keys (NaN, None) match missing keys of the joined
-    table; a target row that a ``via`` table did not match matches nothing further.
-    """
-    from ilargi_sklearn.dataset._multi_source import MultiSourceDataset, _check_dtype
-
-    dtype = _check_dtype(dtype)
-    if not isinstance(base, pd.DataFrame):
-        raise TypeError(f"base must be a pandas DataFrame, got {type(base).__name__}.")
-    if len(base) == 0:
-        raise ValueError(f"table {base_name!r} is empty.")
-    base_features = _as_list(base_features)
-    base_categorical = _as_list(base_categorical)
-    _check_table_spec(
-        base, base_features, base_categorical, base_impute, base_name, "base_impute"
+def _dtype_mismatch(
+    label: str, left: str, a: str, la: pd.Series, rb: pd.Series, b: str
+) -> str:
+    where_b = "its row number" if b == ROW_NUMBER else f"{label}.{b} ({rb.dtype})"
+    msg = (
+        f"join {label!r}: key {left}.{a} ({la.dtype}) and {where_b} have "
+        "incompatible dtypes"
     )
+    for name, col, s in ((f"{left}.{a}", a, la), (f"{label}.{b}", b, rb)):
+        if key_kind(s) == "string" and (examples := numbers_as_text(s)):
+            return (
+                f"{msg}: {name} holds numbers stored as text (e.g. {examples}); "
+                f"convert it first, e.g. frame[{col!r}] = pd.to_numeric(frame[{col!r}])."
+            )
+    return f"{msg}; cast one side first, e.g. frame[{a!r}].astype(...)."
 
+
+# ----------------------------------------------------------------- joining
+@dataclass
+class _JoinResult:
+    """Index vectors of every table and the match report of every join."""
+
+    tables: dict[str, pd.DataFrame]
+    idx: dict[str, np.ndarray]
+    in_order: set[str]
+    report: list[dict[str, Any]]
+    labels: list[str]
+
+
+def _join_all(
+    base_name: str, base: pd.DataFrame, joins: Sequence[Join], min_match: float
+) -> _JoinResult:
     tables: dict[str, pd.DataFrame] = {base_name: base}
-    specs: dict[str, tuple[list[str], list[str], Impute, bool, str]] = {
-        base_name: (
-            base_features,
-            base_categorical,
-            base_impute,
-            False,
-            "base_impute=...",
-        )
-    }
-    emptied_by: str | None = None
     n_rows = len(base)
     idx: dict[str, np.ndarray] = {base_name: np.arange(n_rows, dtype=np.int64)}
     # Tables whose rows are still the target rows in order (idx is arange): a join
     # on them needs no gather through idx (1.7 ms per join at 2e5 rows).
     in_order = {base_name}
+    report: list[dict[str, Any]] = []
+    labels: list[str] = []
+    emptied_by: str | None = None
 
     for i, j in enumerate(joins):
-        label, R, left_name, L, lk, rk, features, forced = _check_join(
+        label, R, left_name, L, lk, rk, _, _ = _check_join(
             i, j, tables, base_name, ("inner", "left", "outer")
         )
-
-        left_codes, right_codes, n_codes = _key_codes(L, lk, R, rk)
-        per_code = np.bincount(right_codes, minlength=n_codes)
+        Rk = _key_frame(R, j)
+        left_codes, right_codes, n_codes = key_codes(L, lk, Rk, rk, j.nulls_equal)
+        # Shifted by one so that missing keys (code -1) fall into bin 0.
+        per_code = np.bincount(right_codes + 1, minlength=n_codes + 1)[1:]
         left_rows = idx[left_name]
+        ordered = left_name in in_order
+        valid = None if ordered else left_rows >= 0
         if per_code.max(initial=0) <= 1:
-            row_of_code = np.full(n_codes, -1, dtype=np.int64)
+            # The last entry is the sentinel that missing left keys read.
+            row_of_code = np.full(n_codes + 1, -1, dtype=np.int64)
             row_of_code[right_codes] = np.arange(len(R), dtype=np.int64)
+            row_of_code[-1] = -1
             pos_l = row_of_code[left_codes]
-            if left_name in in_order:
+            if ordered:
                 pos = pos_l
             else:
-                pos = np.where(left_rows >= 0, pos_l[np.maximum(left_rows, 0)], -1)
+                pos = np.where(valid, pos_l[np.maximum(left_rows, 0)], -1)
             del pos_l, row_of_code  # n-length temporaries: free before the next join
+            hit = pos >= 0
+            stats = _match_stats(
+                label, j, left_name, lk, rk, L, Rk, left_rows, valid, hit, left_codes
+            )
             if j.how == "inner":
-                keep = pos >= 0
-                if not keep.all():
-                    idx = {k: v[keep] for k, v in idx.items()}
+                if not hit.all():
+                    idx = {k: v[hit] for k, v in idx.items()}
                     in_order.clear()
-                    pos = pos[keep]
+                    pos = pos[hit]
         else:
             # One-to-many: the right rows sorted by key code (stable, so matches keep
-            # the right table's order); a left row's matches are one run of them.
-            right_rows = np.argsort(right_codes, kind="stable")
+            # the right table's order; rows with a missing key sort first and are
+            # skipped); a left row's matches are one run of them.
+            n_null = int((right_codes < 0).sum())
+            right_rows = np.argsort(right_codes, kind="stable")[n_null:]
             starts_code = np.cumsum(per_code) - per_code
-            per_left = per_code[left_codes]
-            starts_l = starts_code[left_codes]
-            counts = np.where(left_rows >= 0, per_left[np.maximum(left_rows, 0)], 0)
-            starts = np.where(left_rows >= 0, starts_l[np.maximum(left_rows, 0)], 0)
+            per_left = np.append(per_code, 0)[left_codes]
+            starts_l = np.append(starts_code, 0)[left_codes]
+            if ordered:
+                counts, starts = per_left, starts_l
+            else:
+                counts = np.where(valid, per_left[np.maximum(left_rows, 0)], 0)
+                starts = np.where(valid, starts_l[np.maximum(left_rows, 0)], 0)
+            stats = _match_stats(
+                label,
+                j,
+                left_name,
+                lk,
+                rk,
+                L,
+                Rk,
+                left_rows,
+                valid,
+                counts > 0,
+                left_codes,
+            )
             old, p = _expand(counts, starts, keep_empty=j.how != "inner")
             pos = np.full(p.shape[0], -1, dtype=np.int64)
             pos[p >= 0] = right_rows[p[p >= 0]]
@@ -589,16 +427,11 @@ def from_frames(
                 pos = np.concatenate([pos, unmatched])
         idx[label] = pos.astype(np.int64, copy=False)
         tables[label] = R
-        specs[label] = (
-            features,
-            forced,
-            j.impute,
-            j.indicator,
-            "impute=... on its Join",
-        )
+        labels.append(label)
+        report.append(stats)
+        _check_match(stats, j.min_match if j.min_match is not None else min_match)
         if pos.shape[0] == 0 and n_rows > 0 and emptied_by is None:
-            on = ", ".join(f"{left_name}.{a} = {label}.{b}" for a, b in zip(lk, rk))
-            emptied_by = f"inner join {label!r} matched no row of {left_name!r} ({on})"
+            emptied_by = f"inner join {label!r} matched no row of {left_name!r}"
         n_rows = pos.shape[0]
 
     if n_rows == 0:
@@ -606,9 +439,306 @@ def from_frames(
             f"the joins leave no target rows: {emptied_by or 'no join matched'}; check "
             "the key columns and their values, or use how='left'."
         )
+    return _JoinResult(tables, idx, in_order, report, labels)
 
-    order = list(tables)
-    coalesce = set(_as_list(coalesce))
+
+def _match_stats(
+    label: str,
+    j: Join,
+    left_name: str,
+    lk: list[str],
+    rk: list[str],
+    L: pd.DataFrame,
+    Rk: pd.DataFrame,
+    left_rows: np.ndarray,
+    valid: np.ndarray | None,
+    hit: np.ndarray,
+    left_codes: np.ndarray,
+) -> dict[str, Any]:
+    """One join's line of the match report (before rows are dropped or repeated)."""
+    rows = hit.shape[0] if valid is None else int(valid.sum())
+    matched = int(hit.sum())
+    on = " AND ".join(
+        f"{left_name}.{a} = {label}.{'row number' if b == ROW_NUMBER else b}"
+        for a, b in zip(lk, rk)
+    )
+    stats: dict[str, Any] = {
+        "join": label,
+        "how": j.how,
+        "on": on,
+        "rows": rows,
+        "matched": matched,
+        "fraction": matched / rows if rows else 1.0,
+        "null_keys": 0,
+        "unmatched_keys": [],
+        "hazards": [],
+    }
+    if matched < rows:
+        miss = ~hit if valid is None else valid & ~hit
+        target_rows = np.flatnonzero(miss)
+        left = target_rows if valid is None else left_rows[target_rows]
+        null = left_codes[left] < 0
+        stats["null_keys"] = int(null.sum())
+        left = left[~null]
+        columns = [L[a].iloc[left[:200]].tolist() for a in lk]
+        examples = dict.fromkeys(v[0] if len(lk) == 1 else v for v in zip(*columns))
+        stats["unmatched_keys"] = list(examples)[:5]
+        # Kept for the hazard check, which runs only when the rate is too low.
+        stats["_hazard_args"] = (L, lk, Rk, rk, left, (left_name, label))
+    return stats
+
+
+def _check_match(stats: dict[str, Any], min_match: float) -> None:
+    """Warn when a join matched fewer rows than ``min_match``; fail at none."""
+    args = stats.pop("_hazard_args", None)
+    if stats["rows"] == 0 or stats["fraction"] >= min_match or min_match == 0:
+        return
+    if args is not None:
+        stats["hazards"] = key_hazards(*args)
+    frac = format_fraction(stats["fraction"])
+    parts = [
+        f"join {stats['join']!r} ({stats['how']}, {stats['on']}) matched "
+        f"{stats['matched']:,} of {stats['rows']:,} rows ({frac})"
+    ]
+    if stats["unmatched_keys"]:
+        parts.append(f"unmatched keys include {stats['unmatched_keys']}")
+    if stats["null_keys"]:
+        parts.append(
+            f"{stats['null_keys']:,} rows have a missing key, which matches nothing "
+            "(nulls_equal=True matches missing keys as pandas.merge does)"
+        )
+    msg = "; ".join(parts) + "."
+    if stats["hazards"]:
+        msg += " " + " ".join(stats["hazards"])
+    if stats["matched"] == 0:
+        raise ValueError(
+            msg + " No row matched: the keys are probably wrong. If this is "
+            "intended, pass min_match=0 (on the Join or to from_frames)."
+        )
+    warnings.warn(
+        msg + f" This is below min_match={min_match:g}: check the keys, or pass a "
+        "lower min_match (on the Join or to from_frames) if the rate is expected.",
+        JoinMatchWarning,
+        stacklevel=5,
+    )
+
+
+def format_fraction(f: float) -> str:
+    """A fraction as a percentage with the digits it needs: 99.999% is not 100%."""
+    if f in (0.0, 1.0):
+        return f"{100 * f:.0f}%"
+    for digits in range(1, 10):
+        text = f"{100 * f:.{digits}f}"
+        if float(text) not in (0.0, 100.0):
+            return text + "%"
+    return f"{100 * f:.3g}%"
+
+
+# ----------------------------------------------------------------- building
+def from_frames(
+    base: Any,
+    base_features: Sequence[str] = (),
+    joins: Sequence[Join] | Mapping[str, Any] = (),
+    *,
+    base_name: str = "base",
+    base_categorical: Sequence[str] = (),
+    base_impute: Impute = None,
+    sparse: bool = True,
+    coalesce: Sequence[str] = (),
+    priority: Sequence[str] | None = None,
+    dtype: Any = None,
+    min_match: float = DEFAULT_MIN_MATCH,
+    target: str | None = None,
+    schema: Any = None,
+    handle_unknown: str = "warn",
+) -> Any:
+    """Build a :class:`MultiSourceDataset` from DataFrames and joins.
+
+    Parameters
+    ----------
+    base : pandas.DataFrame, polars.DataFrame or pyarrow.Table
+        The table whose rows are the samples (a relationship table of keys only is
+        fine: give no ``base_features``).
+    base_features : list of str, default=()
+        Feature columns of the base table.
+    joins : list of Join, or dict of {name: table} with ``schema``
+        The joins, applied in order; ``via`` names an earlier join.
+    base_name : str, default="base"
+        Source name of the base table.
+    base_categorical, base_impute
+        As ``Join.categorical`` and ``Join.impute``, for the base table.
+    sparse : bool, default=True
+        One-hot encoded sources are stored as CSR (dense when False).
+    coalesce : list of str, default=()
+        Column names that several tables supply and that form one target column
+        (named after its owner). Ownership per target row follows ``priority``.
+    priority : list of str, optional
+        Source names from highest to lowest ownership priority for coalesced
+        columns; default the order base, then joins.
+    dtype : {np.float64, np.float32}, default=np.float64
+    min_match : float, default=0.5
+        A join whose matched fraction of rows is below this warns
+        (:class:`JoinMatchWarning`, with unmatched keys and likely key mistakes);
+        a join that matches no row raises a ``ValueError``. ``min_match=0`` allows
+        any rate. ``Join(min_match=...)`` overrides it per join.
+    target : str, optional
+        A column of the base table to return in dataset order (see Returns).
+    schema : DatasetSchema, optional
+        Encode with a dataset's schema (``train_ds.schema_``) instead of fitting a
+        new encoding: the same features in the same order, the training
+        categories and imputation values. ``joins`` then gives the new tables,
+        either as the same ``Join`` list as for training (with new tables) or as a
+        dict of source name to table; the other specification arguments must be
+        left out or equal the schema's. Same as ``schema.build(base, joins)``.
+    handle_unknown : {"warn", "ignore", "error"}, default="warn"
+        With ``schema``: what a category the training data did not have becomes.
+        "warn" encodes it as an all-zero row with one
+        :class:`UnknownCategoryWarning` naming the columns and a few values,
+        "ignore" does the same silently, "error" raises a ``ValueError``.
+
+    Returns
+    -------
+    MultiSourceDataset
+        With ``schema_`` (the encoding, to build new data alike),
+        ``match_report_`` (a DataFrame, one row per join), ``base_rows_`` (the base
+        row of each dataset row) and :meth:`~MultiSourceDataset.align`.
+    y : pandas.Series
+        Only with ``target``: the target column in dataset order,
+        ``ds.align(base[target], fill_value=np.nan)`` (NaN on rows an outer join
+        added, which have no base row).
+
+    Notes
+    -----
+    Many-to-one joins keep the base table's row order; inner joins drop unmatched
+    rows in order; one-to-many joins repeat a target row once per match, matches in
+    the joined table's order; outer joins append the joined table's unmatched rows at
+    the end (pandas sorts outer-join keys instead; compare as sets). Missing keys
+    (NaN, None, NaT) match nothing, as in SQL, unless ``Join(nulls_equal=True)``
+    (pandas.merge's rule); a target row that a ``via`` table did not match matches
+    nothing further. Categories are the values that occur in the dataset's rows,
+    sorted (as ``OneHotEncoder`` on the joined table): a value only rows outside
+    the join have, or an unused level of a pandas Categorical, gets no column.
+    """
+    from ilargi_sklearn.dataset._schema import DatasetSchema
+
+    if schema is not None:
+        if not isinstance(schema, DatasetSchema):
+            raise TypeError(
+                f"schema must be a DatasetSchema (a dataset's schema_), got "
+                f"{type(schema).__name__}."
+            )
+        given = {
+            "base_features": _as_list(base_features),
+            "base_name": base_name,
+            "base_categorical": _as_list(base_categorical),
+            "base_impute": base_impute,
+            "sparse": sparse,
+            "coalesce": _as_list(coalesce),
+            "priority": None if priority is None else list(priority),
+            "dtype": dtype,
+        }
+        schema._check_arguments(given)
+        return schema.build(
+            base,
+            joins,
+            target=target,
+            handle_unknown=handle_unknown,
+            min_match=min_match,
+        )
+    from ilargi_sklearn.dataset._multi_source import _check_dtype
+
+    if isinstance(joins, Mapping):
+        raise TypeError(
+            "joins given as a dict of tables need schema=...; without a schema, "
+            "give a list of Join specifications."
+        )
+    joins = list(joins)
+    for i, j in enumerate(joins):
+        if not isinstance(j, Join):
+            raise TypeError(f"joins[{i}] must be a Join, got {type(j).__name__}.")
+    spec = DatasetSchema(
+        base_name=base_name,
+        base_features=tuple(_as_list(base_features)),
+        base_categorical=tuple(_as_list(base_categorical)),
+        base_impute=base_impute,
+        joins=tuple(j.spec() for j in joins),
+        sparse=bool(sparse),
+        coalesce=tuple(_as_list(coalesce)),
+        priority=None if priority is None else tuple(priority),
+        dtype=str(_check_dtype(np.float64 if dtype is None else dtype)),
+    )
+    return build(
+        spec,
+        base,
+        [j.table for j in joins],
+        target=target,
+        handle_unknown=handle_unknown,
+        min_match=min_match,
+    )
+
+
+def build(
+    schema: Any,
+    base: Any,
+    tables: Sequence[Any],
+    *,
+    target: str | None,
+    handle_unknown: str,
+    min_match: float,
+) -> Any:
+    """Build a dataset from the frames of ``schema``'s tables (in join order).
+
+    A schema without encodings fits them (a new dataset); one with encodings
+    applies them (new data encoded like the training data).
+    """
+    from ilargi_sklearn.dataset._multi_source import MultiSourceDataset
+
+    if handle_unknown not in HANDLE_UNKNOWN:
+        raise ValueError(
+            f"handle_unknown must be one of {list(HANDLE_UNKNOWN)}, got "
+            f"{handle_unknown!r}."
+        )
+    min_match = _check_fraction(min_match, "min_match")
+    fitted = bool(schema.encodings)
+    dtype = np.dtype(schema.dtype)
+    base_name = schema.base_name
+    base = _as_frame(base, "base")
+    if len(base) == 0:
+        raise ValueError(f"table {base_name!r} is empty.")
+    base_features = list(schema.base_features)
+    base_categorical = list(schema.base_categorical)
+    _check_table_spec(
+        base,
+        base_features,
+        base_categorical,
+        schema.base_impute,
+        base_name,
+        "base_impute",
+    )
+    if target is not None:
+        _check_columns(base, [target], "target column", base_name)
+    joins = [replace(j, table=t) for j, t in zip(schema.joins, tables)]
+    res = _join_all(base_name, base, joins, min_match)
+
+    specs: dict[str, tuple[list[str], list[str], Impute, bool, str]] = {
+        base_name: (
+            base_features,
+            base_categorical,
+            schema.base_impute,
+            False,
+            "base_impute=...",
+        )
+    }
+    for j, label in zip(joins, res.labels):
+        specs[label] = (
+            _as_list(j.features),
+            _as_list(j.categorical),
+            j.impute,
+            j.indicator,
+            "impute=... on its Join",
+        )
+    order = list(res.tables)
+    coalesce = set(schema.coalesce)
     for col in sorted(coalesce):
         holders = [name for name in order if col in specs[name][0]]
         if not holders:
@@ -616,19 +746,24 @@ def from_frames(
                 f"coalesce names {col!r}, which no table lists among its features."
             )
         for name in holders:
-            if _is_categorical(tables[name][col], specs[name][1]):
+            if is_categorical(res.tables[name][col], specs[name][1]):
                 raise ValueError(
                     f"coalesce: column {col!r} of table {name!r} is categorical; only "
                     "numeric columns can be coalesced."
                 )
-    prio = list(priority) if priority is not None else order
-    unknown = [p for p in prio if p not in tables]
-    if unknown:
-        raise ValueError(f"priority names unknown sources {unknown}; known: {order}.")
+    prio = list(schema.priority) if schema.priority is not None else order
+    unknown_names = [p for p in prio if p not in res.tables]
+    if unknown_names:
+        raise ValueError(
+            f"priority names unknown sources {unknown_names}; known: {order}."
+        )
     prio_idx = {
         name: r for r, name in enumerate(prio + [o for o in order if o not in prio])
     }
 
+    encodings = dict((e.name, e) for e in schema.encodings)
+    fitted_encodings: list[TableEncoding] = []
+    unknown: dict[str, tuple[int, list[Any]]] = {}
     sources, indicators, mappings, source_names = [], [], [], []
     feature_names: list[str] = []
     target_of: dict[str, int] = {}
@@ -639,21 +774,44 @@ def from_frames(
                 col not in shared_owner or prio_idx[name] < prio_idx[shared_owner[col]]
             ):
                 shared_owner[col] = name
-    categories: dict[str, list[Any]] = {}
     for name in order:
-        feats, forced, impute, indicator, impute_hint = specs[name]
-        S, names, origins, cats = _encode(
-            tables[name],
-            feats,
-            name,
-            forced,
-            impute,
-            indicator,
-            dtype,
-            sparse,
-            impute_hint,
+        feats, forced, impute, indicator, hint = specs[name]
+        frame, rows = res.tables[name], res.idx[name]
+        identity = name in res.in_order or (
+            rows.shape[0] == len(frame) and np.array_equal(rows, np.arange(len(frame)))
         )
-        categories.update(cats)
+        # Dataset rows per table row; shifted so that -1 (no match) falls in bin 0.
+        counts = (
+            None if identity else np.bincount(rows + 1, minlength=len(frame) + 1)[1:]
+        )
+        if fitted:
+            enc = encodings[name]
+            codes_of = None
+            if counts is not None and 2 * np.count_nonzero(counts) < len(frame):
+                # New data takes few rows of a table (a small batch against the
+                # dimension tables): encode only those.
+                keep = np.flatnonzero(counts)
+                remap = np.full(len(frame) + 1, -1, dtype=np.int64)
+                remap[keep] = np.arange(keep.shape[0])
+                rows = remap[rows]  # -1 reads the sentinel
+                frame = frame.iloc[keep]
+                counts = None
+        else:
+            enc, codes_of = derive_encoding(
+                frame, feats, forced, impute, indicator, name, counts, hint
+            )
+        fitted_encodings.append(enc)
+        S, unseen = encode_table(
+            frame,
+            enc,
+            dtype,
+            schema.sparse,
+            used=None if counts is None else counts > 0,
+            codes_of=codes_of,
+            impute_hint=hint,
+        )
+        unknown.update({f"{name}.{col}": v for col, v in unseen.items()})
+        names, origins = enc.feature_names, enc.origins
         if S is None or S.shape[1] == 0:
             continue
         cm = np.empty(len(names), dtype=np.int64)
@@ -668,17 +826,20 @@ def from_frames(
                 cm[c] = len(feature_names)
                 feature_names.append(fname)
         sources.append(S)
-        rows = idx[name]
-        identity = name in in_order or (
-            rows.shape[0] == S.shape[0] and np.array_equal(rows, np.arange(S.shape[0]))
-        )
         indicators.append(None if identity else rows)
         mappings.append(cm)
         source_names.append(name)
+    if unknown:
+        _report_unknown(unknown, handle_unknown)
     if not sources:
         raise ValueError(
             "no features selected: give base_features or Join(features=...) (a "
-            "categorical column with only missing values encodes to no columns)."
+            "categorical column whose values all are missing encodes to no columns)."
+        )
+    if fitted and tuple(feature_names) != schema.feature_names:
+        raise ValueError(  # pragma: no cover - the encodings fix the names
+            "the frames encode to other features than the schema's; rebuild the "
+            "schema from the training frames."
         )
     src_prio = sorted(range(len(source_names)), key=lambda k: prio_idx[source_names[k]])
     ds = MultiSourceDataset.from_matrices(
@@ -690,8 +851,47 @@ def from_frames(
         priority=src_prio,
         dtype=dtype,
     )
-    ds.categories_ = categories
+    if not fitted:
+        schema = replace(
+            schema,
+            encodings=tuple(fitted_encodings),
+            feature_names=tuple(feature_names),
+        )
+    ds.categories_ = {k: v for e in schema.encodings for k, v in e.categories.items()}
     ds._base_source = (
         source_names.index(base_name) if base_name in source_names else None
     )
-    return ds
+    ds.schema_ = schema
+    ds._match_report = res.report
+    ds._set_origin(
+        None if base_name in res.in_order else res.idx[base_name], len(base), base.index
+    )
+    if target is None:
+        return ds
+    # Rows an outer join added have no base row and so no target, as in pandas.
+    return ds, ds.align(base[target], fill_value=np.nan)
+
+
+def _report_unknown(unknown: dict[str, tuple[int, list[Any]]], how: str) -> None:
+    if how == "ignore":
+        return
+    listed = "; ".join(
+        f"{col} ({n:,} rows, e.g. {values})" for col, (n, values) in unknown.items()
+    )
+    if how == "error":
+        raise ValueError(
+            f"categories the training data did not have: {listed}. Pass "
+            "handle_unknown='warn' or 'ignore' to encode them as all-zero rows."
+        )
+    warnings.warn(
+        f"categories the training data did not have are encoded as all zeros: "
+        f"{listed}. Pass handle_unknown='ignore' to silence this, or 'error' to "
+        "raise.",
+        UnknownCategoryWarning,
+        stacklevel=4,
+    )
+
+
+def _join_fields() -> list[str]:
+    """The fields of a Join that a schema compares (all but the table)."""
+    return [f.name for f in fields(Join) if f.name != "table"]

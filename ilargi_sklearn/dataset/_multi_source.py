@@ -134,11 +134,23 @@ class MultiSourceDataset:
         self._source_names = list(source_names)
         self._base_source = base_source
         self.categories_ = dict(categories or {})
+        #: The encoding to build new data alike (datasets built from frames).
+        self.schema_: Any = None
+        # The builder's match report (one dict per join), as a frame on request.
+        self._match_report: list[dict[str, Any]] | None = None
         # Lineage for caches that outlive one fit (the planner's materialization
         # cache): every row slice shares its root's token and knows its root rows.
         self._root_token = object()
         self._root_rows: np.ndarray | None = None
         self._root_operator = operator
+        # The root's row origin: (base row of each root row or None for
+        # arange, number of base rows or None for the root's length, the base
+        # frame's index or None). Slices compose it with their root rows.
+        self._origin: tuple[np.ndarray | None, int | None, pd.Index | None] = (
+            None,
+            None,
+            None,
+        )
 
     # ---------------------------------------------------------------- builders
     @classmethod
@@ -180,6 +192,16 @@ class MultiSourceDataset:
         -------
         MultiSourceDataset
         """
+        if any(type(S).__module__.split(".")[0] == "dask" for S in sources):
+            return _dask_from_matrices(
+                sources,
+                indicators,
+                mappings,
+                feature_names,
+                source_names,
+                priority,
+                dtype,
+            )
         dtype = _check_dtype(dtype)
         names = _check_source_names(sources, indicators, source_names)
         n_sources = len(names)
@@ -348,7 +370,18 @@ class MultiSourceDataset:
             row_off += len(d)
             src_off += d.n_sources
         op = FactorizedMatrix(terms, n_rows, first.shape[1], first.dtype)
-        return cls(op, first.feature_names, names, categories=first.categories_)
+        out = cls(op, first.feature_names, names, categories=first.categories_)
+        out.schema_ = (
+            first.schema_ if all(d.schema_ == first.schema_ for d in datasets) else None
+        )
+        # The union's base table is the parts' base tables one after the other.
+        origin, offset = [], 0
+        for d in datasets:
+            r = d.base_rows_
+            origin.append(np.where(r >= 0, r + offset, -1))
+            offset += d.n_base_rows_
+        out._set_origin(np.concatenate(origin), offset, None)
+        return out
 
     # -------------------------------------------------------------- properties
     @property
@@ -435,9 +468,9 @@ class MultiSourceDataset:
             root_op._device_copies = copies
         root = copies.get(key)
         if root is None:
-            root = self._like(root_op.to_namespace(xp, dev))
+            root = self._like(root_op.to_namespace(xp, dev), root=True)
             # The way back: the moved root knows the dataset it came from.
-            home = self._like(root_op)
+            home = self._like(root_op, root=True)
             home._root_token = self._root_token
             back_key = _device_key(op.xp, op.device)
             root._root_operator._device_copies = {back_key: home}
@@ -446,14 +479,175 @@ class MultiSourceDataset:
             return root
         return root[self._root_rows]
 
-    def _like(self, op: Operator) -> MultiSourceDataset:
-        return MultiSourceDataset(
+    def _like(self, op: Operator, *, root: bool = False) -> MultiSourceDataset:
+        """A dataset of the same schema on operator ``op``.
+
+        ``op`` has this dataset's rows (its origin is this dataset's base rows), or
+        with ``root`` its root's rows (its origin is the root's).
+        """
+        out = MultiSourceDataset(
             op,
             self._feature_names,
             self._source_names,
             base_source=self._base_source,
             categories=self.categories_,
         )
+        out.schema_ = self.schema_
+        out._match_report = self._match_report
+        if root or self._root_rows is None:
+            out._origin = self._origin
+        else:
+            out._origin = (self.base_rows_, self.n_base_rows_, self._origin[2])
+        return out
+
+    def _set_origin(
+        self, rows: np.ndarray | None, n_base_rows: int, index: Any
+    ) -> None:
+        """Record the base row of each row (None: row ``i`` is base row ``i``)."""
+        self._origin = (rows, int(n_base_rows), index)
+
+    @property
+    def match_report_(self) -> pd.DataFrame | None:
+        """How each join matched, one row per join (datasets built from frames).
+
+        Columns: ``how``, ``on`` (the key equation), ``rows`` (rows the join was
+        applied to: those its left table matched), ``matched``, ``fraction``,
+        ``null_keys`` (rows whose key is missing: they match nothing),
+        ``unmatched_keys`` (a few key values that found no partner) and
+        ``hazards`` (likely key mistakes, looked for when the fraction is below
+        ``min_match``). None for datasets built from matrices.
+        """
+        if self._match_report is None:
+            return None
+        columns = [
+            "how",
+            "on",
+            "rows",
+            "matched",
+            "fraction",
+            "null_keys",
+            "unmatched_keys",
+            "hazards",
+        ]
+        frame = pd.DataFrame(self._match_report, columns=["join", *columns])
+        return frame.set_index("join")
+
+    # ------------------------------------------------------------- row origin
+    @property
+    def base_rows_(self) -> np.ndarray:
+        """The base-table row each dataset row comes from (-1: none).
+
+        Inner joins drop base rows and one-to-many joins repeat them, so the
+        dataset's rows are no longer the base table's: row ``i`` comes from base
+        row ``base_rows_[i]``; -1 marks rows an outer join added from another table.
+        It stays right through row slicing (``ds[rows]``), :meth:`union` (the parts'
+        base tables one after the other), ``via`` joins and relationship tables
+        without base features. Datasets built from matrices are their own base.
+        Use :meth:`align` to take base-aligned values into dataset order.
+        """
+        rows = self._origin[0]
+        if rows is None:
+            rows = np.arange(self._root_operator.n_rows, dtype=np.int64)
+        return rows.copy() if self._root_rows is None else rows[self._root_rows]
+
+    @property
+    def n_base_rows_(self) -> int:
+        """Rows of the base table(s) the dataset was built from."""
+        n = self._origin[1]
+        return self._root_operator.n_rows if n is None else n
+
+    def align(self, values: Any, *, fill_value: Any = None) -> Any:
+        """Take base-aligned values (target, weights, groups) into dataset order.
+
+        Parameters
+        ----------
+        values : array-like, pandas.Series or pandas.DataFrame
+            One value (or row) per row of the base table, in its order: for example
+            ``base["price"]``, a weight per base row, the groups of ``GroupKFold``.
+            A pandas object must carry the base frame's index (it is checked, so
+            values of another frame or order are never matched by position);
+            pass ``.to_numpy()`` to align by position.
+        fill_value : scalar, optional
+            The value of dataset rows without a base row (rows an outer join added).
+            Default: such rows raise a ``ValueError``.
+
+        Returns
+        -------
+        ndarray, pandas.Series or pandas.DataFrame
+            ``values`` at :attr:`base_rows_`, one per dataset row; pandas objects
+            get a fresh ``RangeIndex``.
+
+        Examples
+        --------
+        >>> import pandas as pd
+        >>> from ilargi_sklearn import Join, MultiSourceDataset
+        >>> base = pd.DataFrame({"k": [1, 2, 3], "y": [10.0, 20.0, 30.0]})
+        >>> dim = pd.DataFrame({"k": [1, 3, 3], "z": [0.5, 1.5, 2.5]})
+        >>> ds = MultiSourceDataset.from_frames(
+        ...     base, joins=[Join(dim, on="k", features=["z"], how="inner")]
+        ... )
+        >>> ds.base_rows_
+        array([0, 2, 2])
+        >>> ds.align(base["y"]).tolist()
+        [10.0, 30.0, 30.0]
+        """
+        rows = self.base_rows_
+        n_base = self.n_base_rows_
+        missing = rows < 0
+        if missing.any() and fill_value is None:
+            raise ValueError(
+                f"{int(missing.sum()):,} dataset rows have no base row (an outer join "
+                "added them); pass fill_value=..., or drop them first with "
+                "ds[ds.base_rows_ >= 0]."
+            )
+        take = np.where(missing, 0, rows) if missing.any() else rows
+        if isinstance(values, (pd.Series, pd.DataFrame)):
+            self._check_index(values, n_base)
+            out = values.iloc[take].reset_index(drop=True)
+            if missing.any():
+                mask = (
+                    missing
+                    if out.ndim == 1
+                    else np.repeat(missing[:, None], out.shape[1], axis=1)
+                )
+                out = out.mask(mask, fill_value)
+            return out
+        if not hasattr(values, "shape"):
+            values = np.asarray(values)
+        if values.ndim == 0 or values.shape[0] != n_base:
+            raise ValueError(
+                f"values have shape {tuple(values.shape)}, but the dataset was built "
+                f"from {n_base:,} base rows; align takes one value per base row, in "
+                "the base table's order."
+            )
+        if isinstance(values, np.ndarray):
+            out = values[take]
+            if missing.any():
+                out = out.astype(np.result_type(out, np.asarray(fill_value)))
+                out[missing] = fill_value
+            return out
+        xp = get_namespace(values)
+        out = xp.take(values, asarray_on(take, xp, device_of(values)), axis=0)
+        if missing.any():
+            raise ValueError(
+                "fill_value is only supported for NumPy and pandas values."
+            )
+        return out
+
+    def _check_index(self, values: Any, n_base: int) -> None:
+        if values.shape[0] != n_base:
+            raise ValueError(
+                f"values have {values.shape[0]:,} rows, but the dataset was built from "
+                f"{n_base:,} base rows; align takes one value per base row, in the "
+                "base table's order."
+            )
+        index = self._origin[2]
+        if index is not None and not values.index.equals(index):
+            raise ValueError(
+                "the values' index differs from the base table's: they may come from "
+                "another frame or another order. Pass values.to_numpy() if they are "
+                "in the base table's row order."
+            )
 
     def astype(self, dtype: Any) -> MultiSourceDataset:
         """A copy with sources cast to ``dtype`` (float32 or float64)."""
@@ -502,7 +696,7 @@ class MultiSourceDataset:
                     f"rows must be an integer array, a boolean mask or a slice; got "
                     f"dtype {key.dtype} with shape {key.shape}."
                 )
-        out = self._like(self._op.take_rows(rows))
+        out = self._like(self._op.take_rows(rows), root=True)
         out._root_token = self._root_token
         out._root_operator = self._root_operator
         out._root_rows = rows if self._root_rows is None else self._root_rows[rows]
@@ -717,7 +911,9 @@ class MultiSourceDataset:
         table = pd.DataFrame.from_dict(rows, orient="index").sort_index()
         table.index = [self._source_names[k] for k in table.index]
         table["tuple_ratio"] = n_rows / table["rows"].clip(lower=1)
-        table["feature_ratio"] = table["columns"] / base_cols if base_cols else np.nan
+        # Without base features (a relationship table) every source is infinitely
+        # wider than the base.
+        table["feature_ratio"] = table["columns"] / base_cols if base_cols else np.inf
         nnz_joined = fm.nnz()
         itemsize = self.dtype.itemsize
         sparse = fm.is_sparse
@@ -795,6 +991,29 @@ class _Transposed:
 
     def __repr__(self) -> str:
         return f"{self._ds!r}.T"
+
+
+def _dask_from_matrices(
+    sources: Sequence[Any],
+    indicators: Sequence[Any],
+    mappings: Any,
+    feature_names: Any,
+    source_names: Any,
+    priority: Any,
+    dtype: Any,
+) -> MultiSourceDataset:
+    """A Dask source in ``from_matrices``: the Dask-backed dataset of the same data."""
+    if mappings is not None or priority is not None:
+        raise TypeError(
+            "a Dask source needs a Dask-backed dataset, which takes the sources' "
+            "columns in order: build it with ilargi_sklearn.distributed.dask_dataset "
+            "(without mappings and priority)."
+        )
+    from ilargi_sklearn.distributed import dask_dataset
+
+    return dask_dataset(
+        sources, indicators, feature_names, source_names=source_names, dtype=dtype
+    )
 
 
 def _device_key(xp: Any, device: Any) -> tuple[str, str]:

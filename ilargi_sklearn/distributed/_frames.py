@@ -23,8 +23,9 @@ from ilargi_sklearn.dataset._builder import (
     _as_list,
     _check_columns,
     _check_join,
-    _encode,
+    _key_frame,
 )
+from ilargi_sklearn.dataset._encoding import derive_encoding, encode_table
 from ilargi_sklearn.distributed._dask import dask_dataset
 
 __all__ = ["dask_from_frames"]
@@ -32,12 +33,21 @@ __all__ = ["dask_from_frames"]
 logger = logging.getLogger(__name__)
 
 
-def _key_index(table: pd.DataFrame, keys: list[str], label: str) -> pd.Index:
-    """The joined table's key index (row position = position in the index)."""
+def _key_index(
+    table: pd.DataFrame, keys: list[str], label: str, nulls_equal: bool
+) -> tuple[pd.Index, np.ndarray | None, bool]:
+    """The joined table's key index and the table row of each index position.
+
+    Rows with a missing key are left out unless ``nulls_equal`` (they can match
+    nothing); the positions are then the kept rows (None: all rows, in order).
+    """
+    keep = None if nulls_equal else table[keys].notna().all(axis=1).to_numpy()
+    positions = None if keep is None or keep.all() else np.flatnonzero(keep)
+    sub = table if positions is None else table.iloc[positions]
     index = (
-        pd.Index(table[keys[0]])
+        pd.Index(sub[keys[0]])
         if len(keys) == 1
-        else pd.MultiIndex.from_frame(table[keys])
+        else pd.MultiIndex.from_frame(sub[keys])
     )
     if not index.is_unique:
         dup = index[index.duplicated()][:3].tolist()
@@ -46,21 +56,35 @@ def _key_index(table: pd.DataFrame, keys: list[str], label: str) -> pd.Index:
             "table; a Dask-backed dataset supports many-to-one joins only (one row "
             "per key), deduplicate the table or join it in memory with from_frames."
         )
-    return index
+    return index, positions, nulls_equal
 
 
-def _lookup(part: pd.DataFrame, keys: list[str], index: pd.Index) -> np.ndarray:
-    """Row positions of one partition's keys in ``index`` (-1: no match)."""
+def _lookup(
+    part: pd.DataFrame, keys: list[str], key_index: tuple[pd.Index, Any, bool]
+) -> np.ndarray:
+    """Table rows of one partition's keys (-1: no match).
+
+    A missing key matches nothing, as in ``from_frames`` (SQL's rule), unless the
+    join has ``nulls_equal``.
+    """
+    index, positions, nulls_equal = key_index
     probe = (
         pd.Index(part[keys[0]])
         if len(keys) == 1
         else pd.MultiIndex.from_frame(part[keys])
     )
-    return index.get_indexer(probe).astype(np.int64, copy=False)
+    rows = index.get_indexer(probe).astype(np.int64, copy=False)
+    if positions is not None:
+        rows = np.where(rows >= 0, positions[np.maximum(rows, 0)], -1)
+    if not nulls_equal:
+        null = part[keys].isna().any(axis=1).to_numpy()
+        if null.any():
+            rows[null] = -1
+    return rows
 
 
-def _partition_rows(part: pd.DataFrame, keys: list[str], index: pd.Index) -> pd.Series:
-    return pd.Series(_lookup(part, keys, index), index=part.index, dtype="int64")
+def _partition_rows(part: pd.DataFrame, keys: list[str], key_index: Any) -> pd.Series:
+    return pd.Series(_lookup(part, keys, key_index), index=part.index, dtype="int64")
 
 
 def _compose(left: np.ndarray, via_rows: np.ndarray) -> np.ndarray:
@@ -181,7 +205,7 @@ def dask_from_frames(
             ),
             why="a Dask-backed dataset keeps the fact table's rows: left joins only",
         )
-        index = _key_index(R, rk, label)
+        index = _key_index(_key_frame(R, j), rk, label, j.nulls_equal)
         if left_name == base_name:
             # On the cluster, once: each partition looks its keys up.
             idx = base.map_partitions(
@@ -196,9 +220,16 @@ def dask_from_frames(
             idx = rows[left_name].map_blocks(_compose, via_rows, dtype=np.int64)
         rows[label] = idx
         tables[label] = R
-        S, fnames, _, _ = _encode(
-            R, features, label, forced, j.impute, j.indicator, np.dtype(dtype), False
+        # Categories are those of the whole joined table: which of its rows the
+        # fact table takes is only known on the cluster.
+        hint = "impute=... on its Join"
+        enc, codes_of = derive_encoding(
+            R, features, forced, j.impute, j.indicator, label, None, hint
         )
+        S, _ = encode_table(
+            R, enc, np.dtype(dtype), False, codes_of=codes_of, impute_hint=hint
+        )
+        fnames = enc.feature_names
         if S is None or S.shape[1] == 0:
             continue
         sources.append(np.asarray(S.toarray() if hasattr(S, "toarray") else S))

@@ -328,6 +328,8 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
             self.n_features_in_ = est.n_features_in_
         if isinstance(X, MultiSourceDataset):
             self.feature_names_in_ = np.asarray(X.feature_names, dtype=object)
+            if X.schema_ is not None:
+                self.dataset_schema_ = X.schema_
         elif hasattr(est, "feature_names_in_"):
             self.feature_names_in_ = est.feature_names_in_
         logger.info(

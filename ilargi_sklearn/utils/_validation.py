@@ -221,14 +221,28 @@ def validate_X(
         if reset:
             estimator.n_features_in_ = n_features
             estimator.feature_names_in_ = names
+            # The encoding travels with the model, to build new data alike.
+            if X.schema_ is not None:
+                estimator.dataset_schema_ = X.schema_
+            elif hasattr(estimator, "dataset_schema_"):
+                del estimator.dataset_schema_
         else:
-            _check_n_features(estimator, n_features, name)
             fitted_names = getattr(estimator, "feature_names_in_", None)
-            if fitted_names is not None and not np.array_equal(fitted_names, names):
+            expected = getattr(estimator, "n_features_in_", n_features)
+            if fitted_names is None:
+                diff = []
+            else:
                 diff = [a for a, b in zip(names, fitted_names) if a != b][:5]
+            if diff or n_features != expected:
                 raise ValueError(
-                    "The feature names of X differ from those seen during fit "
-                    f"(first differences: {diff}); X must have the same schema."
+                    f"X has {n_features} features, but {name} is expecting "
+                    f"{expected} features as input"
+                    + (f" (the feature names differ first at {diff})" if diff else "")
+                    + ". A dataset built from new "
+                    "frames encodes the categories those frames hold; build it with "
+                    "the training encoding instead: "
+                    "model.dataset_schema_.build(base, tables) or "
+                    "MultiSourceDataset.from_frames(..., schema=train_ds.schema_)."
                 )
         op = X.operator
         if ensure_non_negative:
