@@ -43,7 +43,7 @@ def main(argv=None):
     from ilargi_sklearn.planner import calibrate
 
     t0 = time.perf_counter()
-    model = calibrate(
+    result = calibrate(
         work / "calibration.jsonl",
         budget_seconds=args.budget,
         hamlet_path=args.hamlet,
@@ -51,14 +51,19 @@ def main(argv=None):
         random_state=0,
         progress=True,
         model_path=work / "cost_model.cbm",
+        # The shipped model is this run's records alone, measured on the current
+        # kernels (the records it replaces are not).
+        base_records=None,
+        install="always",
     )
-    print(f"trained {model} in {time.perf_counter() - t0:.0f} s")
+    print(result.summary())
+    print(f"trained {result.model_path} in {time.perf_counter() - t0:.0f} s")
     if args.install:
         data = (
             Path(__file__).resolve().parents[1] / "ilargi_sklearn" / "planner" / "data"
         )
         data.mkdir(exist_ok=True)
-        shutil.copyfile(model, data / "cost_model.cbm")
+        shutil.copyfile(result.model_path, data / "cost_model.cbm")
         shutil.copyfile(work / "calibration.jsonl", data / "calibration.jsonl")
         print(f"installed into {data}")
 

@@ -1361,17 +1361,15 @@ def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
     result = planner.calibrate(args.records, **kwargs)
     doc = {
         "command": "calibrate",
-        "model_path": None if result is None else str(result),
+        "model_path": None,
         "records_path": args.records,
+        **({} if result is None else result.to_dict()),
         "seconds": time.perf_counter() - t0,
     }
     if result is None:
         console.result("calibration records written; no model trained.")
     else:
-        console.result(f"cost model written to {result}")
-        console.result(
-            'AutoPlan(cost_model="default") uses it from now on on this machine.'
-        )
+        console.result(result.summary())
     if console.json:
         _emit_json(console, doc)
     return EXIT_OK

@@ -583,7 +583,23 @@ def test_calibrate_delegates(monkeypatch, tmp_path, capsys):
         model_path=None,
     ):
         calls.append((records_path, budget_seconds, hamlet_path, progress, model_path))
-        return tmp_path / "model.cbm"
+        from ilargi_sklearn.planner import CalibrationResult
+
+        model = tmp_path / "model.cbm"
+        return CalibrationResult(
+            model_path=model,
+            installed=True,
+            reason="install='always'",
+            destination=model,
+            records_path=Path(records_path),
+            current_model="analytical",
+            base_records="none",
+            n_base_records=0,
+            n_records=3,
+            n_new_records=3,
+            n_new_workloads=1,
+            n_folds=0,
+        )
 
     fake = types.SimpleNamespace(calibrate=calibrate, AutoPlan=object)
     monkeypatch.setattr(cli, "import_planner", lambda: fake)

@@ -14,6 +14,7 @@ from ilargi_sklearn.planner._auto import (
     set_materialization_cache,
 )
 from ilargi_sklearn.planner._calibrate import (
+    CalibrationResult,
     balanced_schemas,
     calibrate,
     default_workloads,
@@ -46,6 +47,7 @@ __all__ = [
     "BASELINES",
     "PLANS",
     "AutoPlan",
+    "CalibrationResult",
     "CostModel",
     "always_factorize",
     "always_materialize",

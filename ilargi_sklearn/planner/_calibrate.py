@@ -12,11 +12,13 @@ import itertools
 import json
 import logging
 import math
+import os
 import statistics
 import sys
 import time
 import warnings
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +26,21 @@ import numpy as np
 from sklearn.base import clone
 from sklearn.utils import check_random_state
 
-from ilargi_sklearn.planner._features import plan_features
+from ilargi_sklearn.planner._cost_model import (
+    _MODEL_FILE,
+    _usable,
+    default_model_path,
+    fit_cost_model,
+    load_cost_model,
+    read_records,
+    save_cost_model,
+    shipped_records_path,
+)
+from ilargi_sklearn.planner._features import plan_features, with_iterations
 from ilargi_sklearn.planner._hardware import cache_dir, hardware_info, machine_id
 
 __all__ = [
+    "CalibrationResult",
     "balanced_schemas",
     "calibrate",
     "default_workloads",
@@ -87,6 +100,11 @@ HAMLET_PARAMS = {
 }
 # Schemas whose joined matrix would exceed this many bytes are not generated.
 _MAX_JOINED_BYTES = 300e6
+#: Most folds of the cross-validation that judges a new model on the new records
+#: (each fold trains one model, about a second on 2 cores).
+MAX_FOLDS = 3
+#: The plans whose choice the held-out figures judge (the join not cached).
+_CHOICES = ("factorized-cpu", "materialized-cpu")
 
 
 def make_estimator(kind: str, params: dict[str, Any] | None = None):
@@ -522,10 +540,327 @@ def _append(path: Path, records: list[dict[str, Any]]) -> None:
 
 
 def _done_ids(path: Path) -> set[str]:
-    from ilargi_sklearn.planner._cost_model import read_records
-
     me = machine_id()
     return {r["workload"] for r in read_records(path) if r.get("machine") == me}
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    """What :func:`calibrate` trained, how the new model did and what it installed.
+
+    The new model is trained on the base records (by default those the shipped
+    model was trained on; the hardware features tell the machines apart) and all
+    records of the records file. It is judged on the *new* records, those of the
+    file that the current model (the one at the destination, else the default one)
+    has not seen, by cross-validation over their workloads: each new record is
+    predicted by a model trained without its workload, and the current model
+    predicts the same records.
+
+    A result can be passed wherever a path is expected (``os.fspath(result)`` is
+    :attr:`model_path`), for example as ``AutoPlan(cost_model=result)``.
+
+    Attributes
+    ----------
+    model_path : pathlib.Path or None
+        The model to use: the new one when it was installed, else the current one
+        (None: the analytical model).
+    installed : bool
+        Whether the new model was saved to :attr:`destination`.
+    reason : str
+        Why it was installed or not.
+    destination : pathlib.Path
+        Where a new model is saved.
+    records_path : pathlib.Path
+        The records file.
+    current_model : str
+        The current model's path, or ``"analytical"``.
+    base_records : str
+        ``"shipped"``, the base files, or ``"none"``.
+    n_base_records : int
+        Records trained on besides the records file.
+    n_records : int
+        Usable records of the records file.
+    n_new_records : int
+        Records of the file that the current model has not seen: the held-out set.
+    n_new_workloads : int
+        Workloads of the new records.
+    n_folds : int
+        Folds of the cross-validation (0: the new model was not judged).
+    current : dict
+        Figures of the current model on the new records: ``median_abs_log10_error``
+        (median over the records of ``|log10(predicted / measured seconds)|``);
+        ``n_choices``, the new workloads timed both factorized and materialized
+        (the join not cached); ``n_right``, those whose measured faster plan the
+        model picks; ``time_lost``, the measured time of the picked plans over that
+        of the faster ones, minus 1 (None without such a workload). Empty when not
+        judged.
+    new : dict
+        The same figures of the new model, cross-validated.
+    """
+
+    model_path: Path | None
+    installed: bool
+    reason: str
+    destination: Path
+    records_path: Path
+    current_model: str
+    base_records: str
+    n_base_records: int
+    n_records: int
+    n_new_records: int
+    n_new_workloads: int
+    n_folds: int
+    current: dict[str, Any] = field(default_factory=dict)
+    new: dict[str, Any] = field(default_factory=dict)
+
+    def __fspath__(self) -> str:
+        if self.model_path is None:
+            raise TypeError("no model file: plans use the analytical model.")
+        return str(self.model_path)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result as plain JSON types."""
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        for k in ("model_path", "destination", "records_path"):
+            out[k] = None if out[k] is None else str(out[k])
+        return out
+
+    def summary(self) -> str:
+        """The figures and the decision, as lines of text."""
+        lines = [
+            f"records: {self.n_base_records} {self.base_records} + {self.n_records} "
+            f"in {self.records_path}; {self.n_new_records} new to the current model "
+            f"({self.n_new_workloads} workloads)",
+            f"current model: {self.current_model}",
+        ]
+        if self.n_folds:
+            lines.append(
+                f"held-out figures on the {self.n_new_records} new records "
+                f"({self.n_folds}-fold cross-validation over their workloads):"
+            )
+            lines.append(
+                f"  {'':<15}{'median |log10 error|':<23}{'plans right':<14}time lost"
+            )
+            for name, fig in (("current model", self.current), ("new model", self.new)):
+                err, n = fig["median_abs_log10_error"], fig["n_choices"]
+                right = f"{fig['n_right']}/{n}" if n else "-"
+                lost = "-" if fig["time_lost"] is None else f"{fig['time_lost']:.1%}"
+                err_s = f"{err:.3f} (x{10**err:.2f})"
+                lines.append(f"  {name:<15}{err_s:<23}{right:<14}{lost}")
+        if self.installed:
+            lines.append(
+                f"installed the new model at {self.destination}: {self.reason}."
+            )
+        else:
+            lines.append(
+                f"kept the current model: {self.reason}; nothing written to "
+                f"{self.destination}."
+            )
+        if self.model_path is None:
+            lines.append("plans are chosen with the analytical (roofline) model.")
+        elif self.model_path == default_model_path():
+            lines.append(
+                f'AutoPlan(cost_model="default") uses {self.model_path} on this '
+                "machine."
+            )
+        else:
+            lines.append(f'use it with AutoPlan(cost_model="{self.model_path}").')
+        return "\n".join(lines)
+
+
+def _record_key(r: dict[str, Any]) -> tuple:
+    return (
+        r.get("machine"),
+        r.get("workload"),
+        r.get("plan"),
+        bool(r.get("cached")),
+        r.get("time"),
+    )
+
+
+def _base_records(base_records: Any, exclude: list[dict[str, Any]]) -> list:
+    """The base records, less those also in ``exclude`` (the records file may be
+    the shipped one)."""
+    if base_records is None:
+        return []
+    if isinstance(base_records, str) and base_records == "shipped":
+        base_records = shipped_records_path()
+    seen = {_record_key(r) for r in exclude}
+    return [r for r in read_records(base_records) if _record_key(r) not in seen]
+
+
+def _base_label(base_records: Any) -> str:
+    if base_records is None:
+        return "none"
+    if isinstance(base_records, (str, os.PathLike)):
+        return str(base_records)
+    return ", ".join(str(p) for p in base_records)
+
+
+def _predict_records(model: Any, records: list[dict[str, Any]]) -> list[float]:
+    """Predicted seconds of each record's plan, as the model was trained on it."""
+    out = []
+    for r in records:
+        plan, cached = r["plan"], bool(r.get("cached", False))
+        f = with_iterations(r["features"], r.get("n_iter"))
+        out.append(model.predict(f, [plan], cached={plan: cached})[plan])
+    return out
+
+
+def _figures(records: list[dict[str, Any]], predicted: list[float]) -> dict[str, Any]:
+    """Error and plan choices of predictions of the records' seconds."""
+    err = [
+        abs(math.log10(max(p, 1e-12)) - math.log10(float(r["seconds"])))
+        for r, p in zip(records, predicted)
+    ]
+    pairs: dict[tuple, dict[str, tuple[float, float]]] = {}
+    for r, p in zip(records, predicted):
+        if r["plan"] in _CHOICES and not r.get("cached", False):
+            key = (r.get("machine"), r.get("workload"))
+            pairs.setdefault(key, {})[r["plan"]] = (float(r["seconds"]), p)
+    pairs = {k: v for k, v in pairs.items() if len(v) == len(_CHOICES)}
+    chosen = [v[min(v, key=lambda c: v[c][1])][0] for v in pairs.values()]
+    best = [min(t for t, _ in v.values()) for v in pairs.values()]
+    return {
+        "median_abs_log10_error": float(statistics.median(err)),
+        "n_choices": len(pairs),
+        "n_right": sum(c == b for c, b in zip(chosen, best)),
+        "time_lost": sum(chosen) / sum(best) - 1.0 if pairs else None,
+    }
+
+
+def _judge(new: dict[str, Any], current: dict[str, Any]) -> tuple[bool, str]:
+    """Whether the new model's held-out figures are no worse, and why."""
+    e_new, e_cur = new["median_abs_log10_error"], current["median_abs_log10_error"]
+    if e_new > e_cur:
+        return False, f"the new model's error is larger ({e_new:.3f} > {e_cur:.3f})"
+    reason = f"the new model's error is no larger ({e_new:.3f} <= {e_cur:.3f})"
+    t_new, t_cur = new["time_lost"], current["time_lost"]
+    if t_new is None or t_cur is None:
+        return True, reason
+    if t_new > t_cur:
+        return False, (
+            f"the new model's plan choices lose more time ({t_new:.1%} > {t_cur:.1%})"
+        )
+    return True, f"{reason} and its plan choices lose no more time ({t_new:.1%})"
+
+
+def _train_and_install(
+    records_path: Any,
+    model_path: Any = None,
+    *,
+    base_records: Any = "shipped",
+    install: str = "if_better",
+    n_folds: int = MAX_FOLDS,
+    **train_params: Any,
+) -> CalibrationResult:
+    """Train a cost model on the base and calibration records, judge it on the
+    records new to the current model, and install it only if it is no worse.
+
+    See :class:`CalibrationResult` for the procedure and its figures.
+
+    Parameters
+    ----------
+    records_path : path-like
+        The JSON-lines file of this machine's timing records.
+    model_path : path-like, optional
+        Destination; default ``cost_model.cbm`` in the user cache directory (which
+        ``AutoPlan(cost_model="default")`` uses).
+    base_records : "shipped", path-like, list of path-like or None, \
+            default="shipped"
+        Records trained on besides ``records_path``: those of the shipped model,
+        other files, or None for the records file alone.
+    install : {"if_better", "always"}, default="if_better"
+        ``"if_better"``: save the new model only when, on the new records, its
+        cross-validated median absolute log10 error is no larger than the current
+        model's and its plan choices lose no more time; otherwise keep the current
+        one. ``"always"``: save it in any case (the figures are still computed).
+    n_folds : int, default=MAX_FOLDS
+        Most folds of the cross-validation over the new workloads.
+    **train_params
+        Passed to :func:`~ilargi_sklearn.planner._cost_model.fit_cost_model`
+        (``iterations``, ``thread_count``, ...).
+
+    Returns
+    -------
+    CalibrationResult
+    """
+    if install not in ("if_better", "always"):
+        raise ValueError(f"install must be 'if_better' or 'always', got {install!r}.")
+    path = Path(records_path)
+    records = _usable(read_records(path))
+    base = _usable(_base_records(base_records, records))
+    dest = Path(model_path) if model_path is not None else cache_dir() / _MODEL_FILE
+    current_path = dest if dest.is_file() else default_model_path()
+    current = load_cost_model(str(current_path))
+    until = current.records_until if current.is_learned else None
+    new_idx = [
+        i
+        for i, r in enumerate(records)
+        if until is None or float(r.get("time", 0.0)) > until
+    ]
+    workloads: dict[tuple, list[int]] = {}
+    for i in new_idx:
+        key = (records[i].get("machine"), records[i].get("workload"))
+        workloads.setdefault(key, []).append(i)
+    # Fold j holds out every k-th new workload (the three records of a workload
+    # share its features, so they are held out together).
+    k = min(int(n_folds), len(workloads))
+    fold_of = {i: j % k for j, idx in enumerate(workloads.values()) for i in idx}
+    trains = [
+        base + [r for i, r in enumerate(records) if fold_of.get(i) != j]
+        for j in range(k)
+    ]
+    if not all(trains):  # no base and no older records: nothing to hold out from
+        trains = []
+    predicted: dict[int, float] = {}
+    for j, train in enumerate(trains):
+        held = [i for i, f in fold_of.items() if f == j]
+        fold_model = fit_cost_model(train, **train_params)
+        predicted.update(
+            zip(held, _predict_records(fold_model, [records[i] for i in held]))
+        )
+    new_records = [records[i] for i in new_idx]
+    cur_fig, new_fig = {}, {}
+    if trains:
+        cur_fig = _figures(new_records, _predict_records(current, new_records))
+        new_fig = _figures(new_records, [predicted[i] for i in new_idx])
+    if install == "always":
+        go, reason = True, "install='always'"
+    elif not new_records:
+        go, reason = False, "no records new to the current model to judge a new one on"
+    elif not trains:
+        go, reason = False, "no base records to train a held-out model on"
+    else:
+        go, reason = _judge(new_fig, cur_fig)
+    if go:
+        newest = max((float(r.get("time", 0.0)) for r in records), default=0.0)
+        model = fit_cost_model(base + records, records_until=newest, **train_params)
+        save_cost_model(model, dest)
+    result = CalibrationResult(
+        model_path=dest if go else (current_path if current.is_learned else None),
+        installed=go,
+        reason=reason,
+        destination=dest,
+        records_path=path,
+        current_model=current.source if current.is_learned else "analytical",
+        base_records=_base_label(base_records),
+        n_base_records=len(base),
+        n_records=len(records),
+        n_new_records=len(new_records),
+        n_new_workloads=len(workloads),
+        n_folds=len(trains),
+        current=cur_fig,
+        new=new_fig,
+    )
+    logger.info(
+        "calibrate: %s the new cost model: %s (current %s, new %s)",
+        "installed" if go else "did not install",
+        reason,
+        cur_fig,
+        new_fig,
+    )
+    return result
 
 
 def calibrate(
@@ -540,17 +875,26 @@ def calibrate(
     model_path: Any = None,
     workloads: Iterable[dict[str, Any]] | None = None,
     train: bool = True,
-) -> Path | None:
-    """Time every plan on a grid of workloads and train the cost model.
+    base_records: Any = "shipped",
+    install: str = "if_better",
+) -> CalibrationResult | None:
+    """Time every plan on a grid of workloads, train the cost model, install it
+    if it predicts this machine no worse than the current one.
 
     Runs the workloads of :func:`default_workloads` (synthetic star schemas that
     vary target rows, tuple ratio, feature ratio, sparsity, number of sources and
     join type, and the Hamlet datasets when ``hamlet_path`` is given) with every
     estimator, times each CPU plan (warm-up discarded, median of ``repeats``; the
-    materialized plan both with and without building the join), appends the
-    records to ``records_path`` as it goes, and trains the CatBoost model on all
-    records of the file. Workloads already in the file (on this machine) are
-    skipped, so an interrupted run resumes.
+    materialized plan both with and without building the join) and appends the
+    records to ``records_path`` as it goes. Workloads already in the file (on this
+    machine) are skipped, so an interrupted run resumes.
+
+    Then it trains the CatBoost model on the shipped records and all records of
+    the file together (a short run alone has too few records to learn from; the
+    hardware features tell the machines apart), judges it on the records the
+    current model has not seen, by cross-validation over their workloads, and
+    saves it only if it is no worse there than the current model (see
+    :class:`CalibrationResult`).
 
     Parameters
     ----------
@@ -576,12 +920,22 @@ def calibrate(
         Workloads to run instead of the default grid (see
         :func:`default_workloads`).
     train : bool, default=True
-        Train and save the model after timing.
+        Train, judge and install the model after timing.
+    base_records : "shipped", path-like, list of path-like or None, \
+            default="shipped"
+        Records trained on besides ``records_path``: the shipped model's, other
+        files, or None for the records file alone.
+    install : {"if_better", "always"}, default="if_better"
+        ``"if_better"``: save the new model only when, on the new records, its
+        held-out median absolute log10 error is no larger than the current model's
+        and its plan choices lose no more time; else keep the current one.
+        ``"always"``: save it.
 
     Returns
     -------
-    model_path : pathlib.Path or None
-        The trained model (None when ``train=False``).
+    result : CalibrationResult or None
+        The figures and the decision; ``os.fspath(result)`` is the model to use.
+        None when ``train=False``.
 
     Examples
     --------
@@ -617,7 +971,8 @@ def calibrate(
         path,
     )
     hw = hardware_info()
-    reserve = min(30.0, 0.1 * budget_seconds) if train else 0.0
+    # Training and judging fit MAX_FOLDS + 1 models of about a second each.
+    reserve = min(30.0, max(0.1 * budget_seconds, 5.0)) if train else 0.0
     bar = _Progress(len(todo), budget_seconds, progress)
     data = _DataCache(hamlet_path)
     per_workload: list[float] = []
@@ -652,6 +1007,6 @@ def calibrate(
     )
     if not train:
         return None
-    from ilargi_sklearn.planner._cost_model import train_cost_model
-
-    return train_cost_model(path, model_path)
+    return _train_and_install(
+        path, model_path, base_records=base_records, install=install
+    )
