@@ -8,6 +8,7 @@ against their measured times.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import types
@@ -17,7 +18,6 @@ import pytest
 
 from ilargi_sklearn import cli
 from ilargi_sklearn.planner import (
-    CalibrationResult,
     default_model_path,
     load_cost_model,
     read_records,
@@ -185,6 +185,15 @@ def test_without_base_records(world, tmp_path):
     assert result.installed and dest.is_file() and result.n_base_records == 0
     assert result.n_folds == 3 and result.new["n_choices"] == 4
 
+    # A result stands for the model to use, wherever a path is expected.
+    assert os.fspath(kept) == str(shipped_model_path())
+    assert 'AutoPlan(cost_model="default") uses' in kept.summary()
+    assert os.fspath(result) == str(dest)
+    assert f'AutoPlan(cost_model="{dest}")' in result.summary()
+    assert json.loads(json.dumps(result.to_dict()))["model_path"] == str(dest)
+    with pytest.raises(TypeError, match="analytical"):
+        os.fspath(dataclasses.replace(kept, model_path=None))
+
 
 def test_base_records_skip_those_of_the_records_file():
     shipped = read_records(shipped_records_path())
@@ -235,31 +244,3 @@ def test_cli_calibrate_shows_the_figures(monkeypatch, tmp_path, capsys):
         assert doc["n_new_records"] == 12 and doc["current"] and doc["new"]
         assert doc["model_path"] == str(shipped_model_path())
     assert isinstance(doc["reason"], str) and doc["records_path"] == str(records)
-
-
-def test_result_is_a_path(tmp_path):
-    result = CalibrationResult(
-        model_path=tmp_path / "m.cbm",
-        installed=True,
-        reason="install='always'",
-        destination=tmp_path / "m.cbm",
-        records_path=tmp_path / "r.jsonl",
-        current_model="analytical",
-        base_records="none",
-        n_base_records=0,
-        n_records=3,
-        n_new_records=3,
-        n_new_workloads=1,
-        n_folds=0,
-    )
-    assert os.fspath(result) == str(tmp_path / "m.cbm")
-    assert json.loads(json.dumps(result.to_dict()))["model_path"] == str(
-        tmp_path / "m.cbm"
-    )
-    assert f'AutoPlan(cost_model="{tmp_path / "m.cbm"}")' in result.summary()
-    with pytest.raises(TypeError, match="analytical"):
-        os.fspath(
-            CalibrationResult(
-                **{**result.__dict__, "model_path": None, "installed": False}
-            )
-        )
