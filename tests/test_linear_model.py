@@ -128,6 +128,22 @@ def test_linear_rank_deficient_matches_sklearn_predictions(weighted):
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-7, atol=1e-8)
 
 
+@pytest.mark.parametrize("tol", [1e-6, 1e-3])
+def test_linear_tol_is_lstsq_cond_on_dense_data(tol):
+    # A direction whose singular value is about 1e-4 of the largest: kept at the
+    # default tol=1e-6, cut at tol=1e-3, on both sides (scikit-learn passes tol
+    # to lstsq as cond).
+    rng = np.random.default_rng(24)
+    X = rng.standard_normal((300, 4))
+    X = np.column_stack([X, X[:, 0] + 1e-4 * rng.standard_normal(300)])
+    y = X @ [1.0, 2.0, 0.0, -1.0, 0.0] + 1e3 * (X[:, 4] - X[:, 0])
+    ref = LinearRegression(tol=tol).fit(X, y)
+    est = FactorizedLinearRegression(tol=tol).fit(X, y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(est.predict(X), ref.predict(X), rtol=1e-8, atol=1e-8)
+    assert (est.score(X, y) > 0.999) == (tol < 1e-4)
+
+
 def test_linear_rank_deficient_factorized_dataset():
     # A dimension table with 3 rows and 4 columns: after centering its columns span
     # at most 2 directions, so the joined matrix is rank deficient by design.

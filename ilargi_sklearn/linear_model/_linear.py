@@ -54,12 +54,6 @@ logger = logging.getLogger(__name__)
 # cheap; dense data always keep the exact normal equations.
 _MAX_DENSE_GRAM_FEATURES = 1000
 
-# scikit-learn's LinearRegression solves dense problems with
-# scipy.linalg.lstsq(X, y, cond=tol), tol=1e-6 by default: singular values of the
-# (centered, weighted) design below tol times the largest are treated as zero. On
-# the gram the eigenvalues are the squared singular values, so the cut is tol**2.
-_LSTSQ_COND = 1e-6
-
 
 def _check_y_given(estimator, y):
     if y is None:
@@ -85,7 +79,7 @@ _GRAM_NOISE = 100.0
 _SKIP_REFINE = 1e-10
 
 
-def _psd_solver(G, D, dtype, cond=_LSTSQ_COND):
+def _psd_solver(G, D, dtype, cond):
     """A solver for ``G x = b`` with ``G`` symmetric positive semi-definite.
 
     ``G`` is the centered gram and ``D`` the diagonal of the uncentered gram it came
@@ -95,12 +89,14 @@ def _psd_solver(G, D, dtype, cond=_LSTSQ_COND):
     their spread, constant columns). A direction ``v`` of ``G`` is therefore only
     resolved when its eigenvalue is above ``eps * (sum_i |v_i| sqrt(D_i))^2``.
 
-    Cholesky when ``G`` is well conditioned (LAPACK's reciprocal condition estimate
-    above scikit-learn's cut, ``cond**2`` on the gram, and above the worst-case
-    noise); otherwise the pseudo-inverse through the eigendecomposition, dropping
-    the eigenvalues below ``cond**2 * max(eigenvalues)`` or below their own noise
-    level: the minimum-norm solution that ``lstsq(cond=cond)`` computes on the
-    design.
+    scikit-learn's dense ``LinearRegression`` calls ``lstsq(X, y, cond=tol)``:
+    singular values of the design below ``cond`` times the largest count as zero.
+    The gram's eigenvalues are the squared singular values, so its cut is
+    ``cond**2``. Cholesky when ``G`` is well conditioned (LAPACK's reciprocal
+    condition estimate above ``cond**2`` and above the worst-case noise); otherwise
+    the pseudo-inverse through the eigendecomposition, dropping the eigenvalues
+    below ``cond**2 * max(eigenvalues)`` or below their own noise level: the
+    minimum-norm solution that ``lstsq(cond=cond)`` computes on the design.
 
     Returns
     -------
@@ -155,9 +151,7 @@ def _psd_solver(G, D, dtype, cond=_LSTSQ_COND):
     return solve, rank, np.inf
 
 
-def _solve_normal_equations(
-    op, Y, sample_weight, fit_intercept, cond=_LSTSQ_COND, max_refine=5
-):
+def _solve_normal_equations(op, Y, sample_weight, fit_intercept, cond, max_refine=5):
     """Weighted least squares from the gram of ``T``, with implicit centering.
 
     With weights ``s``, ``s_sum = sum(s)`` and weighted column means
@@ -177,7 +171,7 @@ def _solve_normal_equations(
     Y : ndarray of shape (n_samples, n_targets)
     sample_weight : ndarray of shape (n_samples,) or None
     fit_intercept : bool
-    cond : float, default=1e-6
+    cond : float
         Singular values of the centered design below ``cond`` times the largest
         are treated as zero (``lstsq``'s ``cond``).
     max_refine : int, default=5
@@ -317,9 +311,9 @@ def _lsqr(matvec, rmatvec, u, n_features, atol, btol, conlim=1e8, iter_lim=None)
     that the n-length Lanczos vector is updated in place: ``u`` (the right-hand
     side, overwritten) is the only n-length array the loop owns, and ``matvec`` may
     return a buffer of its own that is read before its next call. SciPy's loop
-    allocates three n-length temporaries per iteration; on a machine where glibc
-    returns such blocks to the kernel at every free, each one costs its page faults
-    again (about 2,400 faults per iteration, most of the time of a Walmart fit).
+    allocates three n-length temporaries per iteration, and where glibc returns
+    such blocks to the kernel at every free, each one costs its page faults again
+    (``benchmarks/README.md`` has the figures).
 
     Parameters
     ----------
