@@ -504,6 +504,7 @@ def cross_validate_progress(
     cv: Any,
     scoring: str | None = None,
     progress: Progress | None = None,
+    groups: Any = None,
 ) -> CVResult:
     """``sklearn.model_selection.cross_validate``, one fold at a time with progress.
 
@@ -519,7 +520,10 @@ def cross_validate_progress(
     scoring : str, optional
         A scikit-learn scorer name; default the estimator's ``score``.
     progress : Progress, optional
-        Advanced once per fold.
+        Advanced once per fold; it shows the mean score of the folds so far (the
+        summary's figure), not the last fold's.
+    groups : array-like, optional
+        Group labels for a group splitter (``GroupKFold``).
 
     Returns
     -------
@@ -534,7 +538,7 @@ def cross_validate_progress(
     placeholder = np.zeros((n, 1))
     scorer = check_scoring(estimator, scoring=scoring)
     result = CVResult([], [], [], scoring or "score")
-    for train, test in cv.split(placeholder, y):
+    for train, test in cv.split(placeholder, y, groups):
         est = clone(estimator)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -561,7 +565,7 @@ def cross_validate_progress(
         result.score_seconds.append(t2 - t1)
         result.estimators.append(est)
         if progress is not None:
-            progress.advance(note=f"score {float(score):.4f}")
+            progress.advance(note=f"mean score {np.mean(result.scores):.4f}")
     return result
 
 
@@ -583,8 +587,8 @@ def merge_and_encode(
     table's numeric features over that table's rows, one-hot encodes categorical
     features with ``pandas.get_dummies``, fills the features of unmatched rows with
     zeros and adds the ``matched`` indicators, so that its matrix equals
-    ``from_frames(...).materialize()`` up to column order (categories that no joined
-    row takes have no column here).
+    ``from_frames(...).materialize()`` up to column order (both have one column per
+    category the joined rows take).
 
     Returns
     -------

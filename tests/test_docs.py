@@ -92,3 +92,61 @@ def test_docs_build_without_warnings(tmp_path):
         assert (html / f"{page}.html").is_file()
     assert len(list((html / "_images").glob("benchmarks-*.png"))) == 3
     assert (html / "generated" / "ilargi_sklearn.FactorizedKMeans.html").is_file()
+
+
+def _code_blocks(page: Path) -> list[tuple[str, dict[str, str], str]]:
+    """``(language, options, code)`` of every ``.. code-block::`` of a page."""
+    lines = page.read_text().splitlines()
+    blocks = []
+    i = 0
+    while i < len(lines):
+        m = re.match(r"^\.\. code-block:: (\w+)\s*$", lines[i])
+        i += 1
+        if not m:
+            continue
+        options = {}
+        while i < len(lines) and re.match(r"^\s+:(\w+):\s*(.*)$", lines[i]):
+            k, v = re.match(r"^\s+:(\w+):\s*(.*)$", lines[i]).groups()
+            options[k] = v
+            i += 1
+        body = []
+        while i < len(lines) and (not lines[i].strip() or lines[i].startswith("    ")):
+            body.append(lines[i][4:])
+            i += 1
+        blocks.append((m.group(1), options, "\n".join(body).strip() + "\n"))
+    return blocks
+
+
+def test_training_to_scoring_page_runs(tmp_path, monkeypatch):
+    """Every code block of the "From training to scoring" page runs, in order: Python
+    in one namespace, TOML written to its caption's file, shell lines as commands."""
+    blocks = _code_blocks(DOCS / "guide" / "workflow.rst")
+    assert {lang for lang, _, _ in blocks} >= {"python", "toml", "bash", "text"}
+    monkeypatch.chdir(tmp_path)
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+    }
+    namespace: dict = {"__name__": "workflow_page"}
+    for lang, options, code in blocks:
+        if lang == "python":
+            exec(compile(code, "workflow.rst", "exec"), namespace)
+        elif lang == "toml":
+            (tmp_path / options["caption"]).write_text(code)
+        elif lang == "bash":
+            for line in code.splitlines():
+                proc = subprocess.run(
+                    line,
+                    shell=True,
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    timeout=300,
+                )
+                assert proc.returncode == 0, f"{line}\n{proc.stderr[-3000:]}"
+    scored = namespace["scored"]
+    assert len(scored) == len(namespace["new_ds"]) > 0
+    predictions = (tmp_path / "predictions.csv").read_text().splitlines()
+    assert predictions[0].startswith("base_row,") and len(predictions) > 1

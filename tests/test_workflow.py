@@ -467,3 +467,49 @@ def test_describe_feature_ratio_without_base_features_is_infinite():
     users = pd.DataFrame({"u": [0, 1], "age": [20.0, 30.0]})
     ds = from_frames(ratings, joins=[Join(users, on="u", features=["age"])])
     assert np.isinf(ds.describe().sources["feature_ratio"]).all()
+
+
+def test_schema_flags_only_batch_match_rates_implausible_for_training():
+    f = star(n=300, seed=4)
+    items = f["items"].iloc[:30]  # 75% of the items: some sales miss
+    joins = [Join(items, on="item", features=["price"], impute="zero", name="items")]
+    ds = from_frames(f["sales"], ["units"], joins)
+    rate = ds.schema_.match_rates[0]
+    assert 0.5 < rate < 1
+    missing = f["sales"][~f["sales"]["item"].isin(items["item"])]
+    # One or two new rows that miss: likely at the training rate, no warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ds.schema_.build(missing.iloc[:2], {"items": items})
+    # Twenty that all miss: the keys are broken.
+    with pytest.raises(ValueError, match=r"matched 0 of 20 rows \(0%, against 7"):
+        ds.schema_.build(missing.iloc[:20], {"items": items})
+    mixed = pd.concat([missing.iloc[:30], f["sales"].iloc[:10]])
+    with pytest.warns(JoinMatchWarning, match="in training"):
+        ds.schema_.build(mixed, {"items": items})
+
+
+def test_polars_and_pyarrow_tables_build_the_same_dataset():
+    pl = pytest.importorskip("polars")
+    pa = pytest.importorskip("pyarrow")
+    f = star()
+    ref, y_ref = build_star(f, target="revenue")
+    g = {
+        "sales": pl.from_pandas(f["sales"]),
+        "stores": pa.Table.from_pandas(f["stores"]),
+        "regions": pl.from_pandas(f["regions"]),
+        "items": pa.Table.from_pandas(f["items"]),
+    }
+    ds, y = from_frames(
+        g["sales"], ["units", "channel"], star_joins(g), target="revenue"
+    )
+    assert list(ds.feature_names) == list(ref.feature_names)
+    np.testing.assert_array_equal(dense(ds), dense(ref))
+    np.testing.assert_array_equal(y, y_ref)
+    # The schema builds polars batches too.
+    new = ref.schema_.build(
+        g["sales"].head(5), {n: g[n] for n in ("stores", "regions", "items")}
+    )
+    np.testing.assert_array_equal(dense(new), dense(ref)[:5])
+    with pytest.raises(TypeError, match="got numpy.ndarray"):
+        from_frames(f["sales"].to_numpy(), ["units"])

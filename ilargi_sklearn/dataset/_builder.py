@@ -168,15 +168,34 @@ def _as_list(v: str | Sequence[str] | None) -> list[str]:
     return [v] if isinstance(v, str) else list(v)
 
 
-def _as_frame(frame: Any, what: str) -> pd.DataFrame:
-    """A pandas DataFrame for a pandas, polars or pyarrow table."""
-    # TODO(interop): polars and pyarrow through dataset._interop once it lands.
-    if not isinstance(frame, pd.DataFrame):
-        raise TypeError(
-            f"{what} must be a pandas DataFrame, got "
-            f"{type(frame).__module__}.{type(frame).__qualname__}."
-        )
-    return frame
+def _as_frame(
+    frame: Any, what: str, columns: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """A pandas DataFrame for a pandas, polars or pyarrow table.
+
+    A pandas frame is used as it is (its index is what ``align`` checks values
+    against); another library's table is converted, only ``columns`` of it.
+    """
+    if isinstance(frame, pd.DataFrame):
+        return frame
+    from ilargi_sklearn.dataset._interop import as_pandas
+
+    return as_pandas(frame, what, columns)
+
+
+def _needed_columns(schema: Any, target: str | None) -> dict[str, list[str]]:
+    """The columns of each table (by source name) that building reads."""
+    need = {schema.base_name: [*schema.base_features, *([target] if target else [])]}
+    for i, j in enumerate(schema.joins):
+        label = j.name if j.name is not None else f"join{i}"
+        lk, rk = j.keys(label)
+        left = j.via if j.via is not None else schema.base_name
+        need.setdefault(left, []).extend(lk)
+        need[label] = need.get(label, []) + [
+            *(k for k in rk if k != ROW_NUMBER),
+            *_as_list(j.features),
+        ]
+    return {k: list(dict.fromkeys(v)) for k, v in need.items()}
 
 
 def _check_columns(
@@ -255,11 +274,13 @@ def _check_join(
     hows: tuple[str, ...],
     kind_of: Any = None,
     why: str = "",
+    columns: dict[str, list[str]] | None = None,
 ) -> tuple:
     """Check join ``i`` of a ``from_frames`` call against the tables seen so far.
 
     Returns ``(label, table, left_name, left_table, left_keys, right_keys,
-    features, categorical)``; the table is converted to pandas. ``hows`` lists the
+    features, categorical)``; the table is converted to pandas (only its
+    ``columns[label]`` when it comes from another library). ``hows`` lists the
     join types the caller supports; ``kind_of(table_name, column)`` gives a left key
     column for the dtype check (default: the column itself); ``why`` explains a
     refused join type.
@@ -279,7 +300,7 @@ def _check_join(
             f"join {label!r}: how must be {allowed}, got {j.how!r}"
             + (f" ({why})." if why else ".")
         )
-    R = _as_frame(j.table, f"join {label!r}: table")
+    R = _as_frame(j.table, f"join {label!r}: table", (columns or {}).get(label))
     if len(R) == 0:
         raise ValueError(f"table {label!r} is empty.")
     left_name = j.via if j.via is not None else base_name
@@ -342,7 +363,12 @@ class _JoinResult:
 
 
 def _join_all(
-    base_name: str, base: pd.DataFrame, joins: Sequence[Join], min_match: float
+    base_name: str,
+    base: pd.DataFrame,
+    joins: Sequence[Join],
+    min_match: float,
+    expected: Sequence[float] = (),
+    columns: dict[str, list[str]] | None = None,
 ) -> _JoinResult:
     tables: dict[str, pd.DataFrame] = {base_name: base}
     n_rows = len(base)
@@ -356,7 +382,7 @@ def _join_all(
 
     for i, j in enumerate(joins):
         label, R, left_name, L, lk, rk, _, _ = _check_join(
-            i, j, tables, base_name, ("inner", "left", "outer")
+            i, j, tables, base_name, ("inner", "left", "outer"), columns=columns
         )
         Rk = _key_frame(R, j)
         left_codes, right_codes, n_codes = key_codes(L, lk, Rk, rk, j.nulls_equal)
@@ -429,7 +455,11 @@ def _join_all(
         tables[label] = R
         labels.append(label)
         report.append(stats)
-        _check_match(stats, j.min_match if j.min_match is not None else min_match)
+        _check_match(
+            stats,
+            j.min_match if j.min_match is not None else min_match,
+            expected[i] if expected else None,
+        )
         if pos.shape[0] == 0 and n_rows > 0 and emptied_by is None:
             emptied_by = f"inner join {label!r} matched no row of {left_name!r}"
         n_rows = pos.shape[0]
@@ -488,17 +518,47 @@ def _match_stats(
     return stats
 
 
-def _check_match(stats: dict[str, Any], min_match: float) -> None:
-    """Warn when a join matched fewer rows than ``min_match``; fail at none."""
+#: With a schema, a batch's match rate is flagged only when it is this unlikely
+#: under the training rate (a few new rows may all miss a join by chance).
+_IMPLAUSIBLE = 1e-3
+
+
+def _plausible(matched: int, rows: int, expected: float) -> bool:
+    """Whether ``matched`` of ``rows`` is a likely draw at the training rate.
+
+    Chernoff's bound on the binomial tail, ``P(X <= k) <= exp(-n KL(k/n || p))``,
+    exact for ``k = 0``; the training rate is capped at 0.99 so that one unmatched
+    new row after a fully matched training set is not flagged by itself.
+    """
+    p, q = min(expected, 0.99), matched / rows
+    if q >= p:
+        return True
+    kl = (q * np.log(q / p) if q > 0 else 0.0) + (1 - q) * np.log((1 - q) / (1 - p))
+    return rows * kl < -np.log(_IMPLAUSIBLE)
+
+
+def _check_match(
+    stats: dict[str, Any], min_match: float, expected: float | None = None
+) -> None:
+    """Warn when a join matched fewer rows than ``min_match``; fail at none.
+
+    ``expected`` is the join's match rate in training (building with a schema):
+    then only a rate that is also implausibly low for it is flagged.
+    """
     args = stats.pop("_hazard_args", None)
     if stats["rows"] == 0 or stats["fraction"] >= min_match or min_match == 0:
+        return
+    if expected is not None and _plausible(stats["matched"], stats["rows"], expected):
         return
     if args is not None:
         stats["hazards"] = key_hazards(*args)
     frac = format_fraction(stats["fraction"])
+    trained = (
+        "" if expected is None else f", against {format_fraction(expected)} in training"
+    )
     parts = [
         f"join {stats['join']!r} ({stats['how']}, {stats['on']}) matched "
-        f"{stats['matched']:,} of {stats['rows']:,} rows ({frac})"
+        f"{stats['matched']:,} of {stats['rows']:,} rows ({frac}{trained})"
     ]
     if stats["unmatched_keys"]:
         parts.append(f"unmatched keys include {stats['unmatched_keys']}")
@@ -702,7 +762,8 @@ def build(
     fitted = bool(schema.encodings)
     dtype = np.dtype(schema.dtype)
     base_name = schema.base_name
-    base = _as_frame(base, "base")
+    columns = _needed_columns(schema, target)
+    base = _as_frame(base, "base", columns[base_name])
     if len(base) == 0:
         raise ValueError(f"table {base_name!r} is empty.")
     base_features = list(schema.base_features)
@@ -718,7 +779,7 @@ def build(
     if target is not None:
         _check_columns(base, [target], "target column", base_name)
     joins = [replace(j, table=t) for j, t in zip(schema.joins, tables)]
-    res = _join_all(base_name, base, joins, min_match)
+    res = _join_all(base_name, base, joins, min_match, schema.match_rates, columns)
 
     specs: dict[str, tuple[list[str], list[str], Impute, bool, str]] = {
         base_name: (
@@ -856,6 +917,7 @@ def build(
             schema,
             encodings=tuple(fitted_encodings),
             feature_names=tuple(feature_names),
+            match_rates=tuple(float(r["fraction"]) for r in res.report),
         )
     ds.categories_ = {k: v for e in schema.encodings for k, v in e.categories.items()}
     ds._base_source = (

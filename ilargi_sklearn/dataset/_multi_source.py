@@ -612,7 +612,8 @@ class MultiSourceDataset:
                 )
                 out = out.mask(mask, fill_value)
             return out
-        if not hasattr(values, "shape"):
+        if not hasattr(values, "__array_namespace__"):
+            # Lists, polars and pyarrow columns: through NumPy.
             values = np.asarray(values)
         if values.ndim == 0 or values.shape[0] != n_base:
             raise ValueError(

@@ -55,6 +55,10 @@ class DatasetSchema:
         One per table, in build order: categories and imputation values.
     feature_names : tuple of str
         The dataset's features, in order.
+    match_rates : tuple of float
+        Each join's matched fraction in training. A new batch's rate is flagged
+        (``min_match``) only when it is also implausibly low for that rate: a few
+        new rows may all miss a join by chance.
 
     Examples
     --------
@@ -85,6 +89,7 @@ class DatasetSchema:
     dtype: str
     encodings: tuple[TableEncoding, ...] = ()
     feature_names: tuple[str, ...] = ()
+    match_rates: tuple[float, ...] = ()
 
     # ------------------------------------------------------------ properties
     @property
