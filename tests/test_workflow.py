@@ -513,3 +513,12 @@ def test_polars_and_pyarrow_tables_build_the_same_dataset():
     np.testing.assert_array_equal(dense(new), dense(ref)[:5])
     with pytest.raises(TypeError, match="got numpy.ndarray"):
         from_frames(f["sales"].to_numpy(), ["units"])
+
+
+def test_unknown_categories_name_a_changed_column_dtype():
+    base = pd.DataFrame({"c": [1, 2, 1], "x": [1.0, 2.0, 3.0]})
+    ds = from_frames(base, ["c", "x"], base_categorical=["c"])
+    new = pd.DataFrame({"c": ["1"], "x": [1.0]})  # read back as text
+    with pytest.warns(UnknownCategoryWarning, match="was int64 in training and is"):
+        got = ds.schema_.build(new)
+    assert dense(got).tolist() == [[0.0, 0.0, 1.0]]

@@ -824,7 +824,7 @@ def build(
 
     encodings = dict((e.name, e) for e in schema.encodings)
     fitted_encodings: list[TableEncoding] = []
-    unknown: dict[str, tuple[int, list[Any]]] = {}
+    unknown: dict[str, tuple[int, list[Any], Any]] = {}
     sources, indicators, mappings, source_names = [], [], [], []
     feature_names: list[str] = []
     target_of: dict[str, int] = {}
@@ -855,7 +855,7 @@ def build(
                 remap = np.full(len(frame) + 1, -1, dtype=np.int64)
                 remap[keep] = np.arange(keep.shape[0])
                 rows = remap[rows]  # -1 reads the sentinel
-                frame = frame.iloc[keep]
+                frame = frame[[c.column for c in enc.columns]].iloc[keep]
                 counts = None
         else:
             enc, codes_of = derive_encoding(
@@ -934,11 +934,14 @@ def build(
     return ds, ds.align(base[target], fill_value=np.nan)
 
 
-def _report_unknown(unknown: dict[str, tuple[int, list[Any]]], how: str) -> None:
+def _report_unknown(unknown: dict[str, tuple[int, list[Any], Any]], how: str) -> None:
     if how == "ignore":
         return
     listed = "; ".join(
-        f"{col} ({n:,} rows, e.g. {values})" for col, (n, values) in unknown.items()
+        f"{col} ({n:,} rows, e.g. {values}"
+        + (f"; the column was {dt[0]} in training and is {dt[1]} now" if dt else "")
+        + ")"
+        for col, (n, values, dt) in unknown.items()
     )
     if how == "error":
         raise ValueError(

@@ -60,6 +60,8 @@ class ColumnEncoding:
     fill : float or None
         The value that replaces a missing number (None without imputation). A
         missing category is an all-zero row when ``impute`` is set.
+    dtype : str
+        The column's dtype in the training frame (to explain a mismatch).
     """
 
     column: str
@@ -67,6 +69,7 @@ class ColumnEncoding:
     categories: tuple[Any, ...] = ()
     impute: Impute = None
     fill: float | None = None
+    dtype: str = ""
 
 
 @dataclass(frozen=True)
@@ -179,12 +182,16 @@ def derive_encoding(
                     f"missing values; pass {impute_hint} to encode them as all-zero "
                     "rows."
                 )
-            columns.append(ColumnEncoding(col, "onehot", cats, impute))
+            columns.append(
+                ColumnEncoding(col, "onehot", cats, impute, None, str(s.dtype))
+            )
             codes_of[col] = codes
         else:
             _check_numeric(s, label, col)
             fill = None if impute is None else _fill_value(s, impute, counts)
-            columns.append(ColumnEncoding(col, "numeric", (), impute, fill))
+            columns.append(
+                ColumnEncoding(col, "numeric", (), impute, fill, str(s.dtype))
+            )
     return TableEncoding(label, tuple(columns), bool(indicator)), codes_of
 
 
@@ -285,7 +292,7 @@ def encode_table(
     used: np.ndarray | None = None,
     codes_of: dict[str, np.ndarray] | None = None,
     impute_hint: str = "impute=... on its Join",
-) -> tuple[Any, dict[str, tuple[int, list[Any]]]]:
+) -> tuple[Any, dict[str, tuple[int, list[Any], Any]]]:
     """Encode a table with a fitted encoding.
 
     Parameters
@@ -302,11 +309,12 @@ def encode_table(
         The encoded table (None without columns).
     unknown : dict
         Per one-hot column with values outside its categories in used rows: their
-        count and the first few distinct values (they are encoded as zeros).
+        count, the first few distinct values (they are encoded as zeros) and the
+        column's training and current dtypes when they differ (else None).
     """
     n = len(frame)
     names = enc.feature_names
-    unknown: dict[str, tuple[int, list[Any]]] = {}
+    unknown: dict[str, tuple[int, list[Any], Any]] = {}
     if not names:
         return None, unknown
     any_cat = any(c.kind == "onehot" for c in enc.columns)
@@ -336,7 +344,12 @@ def encode_table(
                 strange = missing & ~na
                 if strange.any():
                     values = pd.unique(s[strange])
-                    unknown[c.column] = (int(strange.sum()), list(values[:5]))
+                    changed = (
+                        (c.dtype, str(s.dtype))
+                        if c.dtype and c.dtype != str(s.dtype)
+                        else None
+                    )
+                    unknown[c.column] = (int(strange.sum()), list(values[:5]), changed)
                 if c.impute is None and (missing & na).any():
                     raise ValueError(
                         f"source {enc.name!r}, column {c.column!r} has "
