@@ -14,7 +14,12 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from ilargi_sklearn.dataset import Join, MultiSourceDataset, from_frames
+from ilargi_sklearn.dataset import (
+    Join,
+    JoinMatchWarning,
+    MultiSourceDataset,
+    from_frames,
+)
 
 
 def _snapshot(obj):
@@ -588,14 +593,16 @@ def test_missing_keys_never_match_unless_nulls_equal():
     # Notes). Missing keys are counted in the match report.
     base = pd.DataFrame({"k": [1.0, np.nan, 3.0], "a": [1.0, 2.0, 3.0]})
     dim = pd.DataFrame({"k": [np.nan, 1.0], "b": [5.0, 6.0]})
-    ds = from_frames(base, ["a"], [Join(dim, on="k", features=["b"], name="d")])
+    with pytest.warns(JoinMatchWarning, match="1 rows have a missing key"):
+        ds = from_frames(base, ["a"], [Join(dim, on="k", features=["b"], name="d")])
     np.testing.assert_allclose(ds.materialize("dense"), [[1, 6], [2, 0], [3, 0]])
     report = ds.match_report_.loc["d"]
     assert (report["rows"], report["matched"], report["null_keys"]) == (3, 1, 1)
     # Composite keys: a missing part is a missing key.
     base2 = base.assign(j=["a", "b", "c"])
     dim2 = dim.assign(j=["b", "a"])
-    ds2 = from_frames(base2, ["a"], [Join(dim2, on=["k", "j"], features=["b"])])
+    with pytest.warns(JoinMatchWarning):
+        ds2 = from_frames(base2, ["a"], [Join(dim2, on=["k", "j"], features=["b"])])
     np.testing.assert_allclose(ds2.materialize("dense")[:, 1], [6, 0, 0])
     same = Join(dim, on="k", features=["b"], nulls_equal=True)
     ds = from_frames(base, ["a"], [same])
@@ -603,7 +610,8 @@ def test_missing_keys_never_match_unless_nulls_equal():
     np.testing.assert_allclose(ds.materialize("dense"), ref[["a", "b"]])
     # One-to-many: rows with a missing key on the right are never partners.
     many = pd.DataFrame({"k": [np.nan, 1.0, 1.0, np.nan], "b": [5.0, 6.0, 7.0, 8.0]})
-    ds = from_frames(base, ["a"], [Join(many, on="k", features=["b"])])
+    with pytest.warns(JoinMatchWarning):
+        ds = from_frames(base, ["a"], [Join(many, on="k", features=["b"])])
     np.testing.assert_allclose(
         ds.materialize("dense"), [[1, 6], [1, 7], [2, 0], [3, 0]]
     )
