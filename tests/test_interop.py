@@ -371,6 +371,7 @@ VALID = {
     "quote inside a field": 'a,b,c\n1,5" disk,3\n4,y,6\n',
     "empty fields": "a,b,c\n,,\n4,y,6\n",
     "header only": "a,b,c\n",
+    "byte order mark": "\ufeffa,b,c\n1,x,3\n",
 }
 
 MALFORMED = {

@@ -21,6 +21,7 @@ names the file and the line.
 from __future__ import annotations
 
 import bz2
+import contextlib
 import csv
 import gzip
 import io
@@ -28,7 +29,7 @@ import logging
 import lzma
 import tarfile
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -169,10 +170,7 @@ def as_pandas(
     >>> df.dtypes.astype(str).tolist()
     ['float64', 'int64']
     """
-    if isinstance(columns, str):
-        columns = [columns]
-    if columns is not None:
-        columns = list(dict.fromkeys(columns))
+    columns = _column_list(columns)
     if isinstance(frame, pd.DataFrame):
         if columns is None:
             return frame
@@ -213,6 +211,13 @@ def as_pandas(
     raise TypeError(f"{what} must be {_ACCEPTED}, got {received}.")
 
 
+def _column_list(columns: str | Sequence[str] | None) -> list[str] | None:
+    """The columns once each, in order; a string is one column."""
+    if columns is None:
+        return None
+    return [columns] if isinstance(columns, str) else list(dict.fromkeys(columns))
+
+
 def _type_name(obj: Any) -> str:
     cls = type(obj)
     module = cls.__module__
@@ -235,13 +240,6 @@ def _pyarrow() -> Any:
     return pyarrow
 
 
-def _require_pyarrow(why: str) -> Any:
-    pa = _pyarrow()
-    if pa is None:
-        raise ImportError(f"{why} needs pyarrow: pip install pyarrow.")
-    return pa
-
-
 def _decimal_as_int(precision: int, scale: int) -> bool:
     """Whether decimals of this type fit int64 exactly (else they become float64)."""
     return scale == 0 and precision <= 18
@@ -249,7 +247,12 @@ def _decimal_as_int(precision: int, scale: int) -> bool:
 
 def _arrow_capsule_table(frame: Any, what: str) -> Any:
     received = _type_name(frame)
-    pa = _require_pyarrow(f"converting {what} ({received}) through Arrow")
+    pa = _pyarrow()
+    if pa is None:
+        raise ImportError(
+            f"converting {what} ({received}) through Arrow needs pyarrow: pip install "
+            "pyarrow."
+        )
     try:
         return pa.table(frame)
     except (TypeError, ValueError, pa.ArrowException) as exc:
@@ -426,12 +429,13 @@ def read_table(
     Notes
     -----
     The field counter sees each block of bytes as the parser reads it, so the file
-    is read once and only the requested columns are held. It finds the line breaks,
-    separators and quotes of a block with NumPy; quotes toggle between inside and
-    outside a quoted field. A quote that does not start a field (``5" disk``) is
-    plain text to the parser but would toggle the count; when the counter meets
-    one, the file is counted once more after parsing with Python's ``csv`` module,
-    which follows the parser's rule (slower; logged at INFO).
+    is read once and only the requested columns are held. It keeps a block's
+    separators, line breaks and quotes (``bytes.translate``), drops the marks
+    between an opening and a closing quote, and takes the gaps between line breaks.
+    A quote that does not start a field (``5" disk``) is plain text to the parser
+    but would open a quoted field for the counter; when it meets one, the file is
+    counted again after parsing with Python's ``csv`` module, which follows the
+    parser's rule (slower; logged at INFO).
 
     Examples
     --------
@@ -449,10 +453,7 @@ def read_table(
     if fmt is None:
         suffixes = [s.lower() for s in path.suffixes]
         fmt = "parquet" if ".parquet" in suffixes or ".pq" in suffixes else "csv"
-    if columns is not None:
-        columns = (
-            [columns] if isinstance(columns, str) else list(dict.fromkeys(columns))
-        )
+    columns = _column_list(columns)
     if fmt == "parquet":
         return _read_parquet(path, columns)
     if fmt != "csv":
@@ -461,7 +462,11 @@ def read_table(
 
 
 def _read_parquet(path: Path, columns: list[str] | None) -> pd.DataFrame:
-    _require_pyarrow(f"reading the Parquet file {path} (or convert it to CSV)")
+    if _pyarrow() is None:
+        raise ImportError(
+            f"reading the Parquet file {path} needs pyarrow: pip install pyarrow, or "
+            "convert the file to CSV."
+        )
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -478,9 +483,10 @@ def _read_parquet(path: Path, columns: list[str] | None) -> pd.DataFrame:
 
 
 def _read_csv(path: Path, columns: list[str] | None, sep: str) -> pd.DataFrame:
-    if len(sep) != 1 or sep in '"\r\n':
+    if len(sep) != 1 or sep in '"\r\n\0':
         raise ValueError(
-            f"sep must be one character other than a quote or a line break, got {sep!r}."
+            "sep must be one character other than a quote, a line break or NUL, got "
+            f"{sep!r}."
         )
     try:
         with _open_binary(path) as fh:
@@ -511,47 +517,43 @@ def _read_csv(path: Path, columns: list[str] | None, sep: str) -> pd.DataFrame:
     return frame
 
 
-def _open_binary(path: Path) -> IO[bytes]:
+@contextlib.contextmanager
+def _open_binary(path: Path) -> Iterator[IO[bytes]]:
     """The file's bytes, decompressed by its suffix as ``pandas.read_csv`` infers."""
-    suffix = path.suffix.lower()
-    if suffix == ".gz" and not path.name.lower().endswith(".tar.gz"):
-        return gzip.open(path, "rb")
-    if suffix == ".bz2" and not path.name.lower().endswith(".tar.bz2"):
-        return bz2.open(path, "rb")
-    if suffix == ".xz" and not path.name.lower().endswith(".tar.xz"):
-        return lzma.open(path, "rb")
-    if suffix == ".zst":
-        try:
-            import zstandard
-        except ImportError:
-            raise ImportError(
-                f"reading {path} needs zstandard: pip install zstandard, or "
-                "decompress the file."
-            ) from None
-        return zstandard.open(path, "rb")
-    if suffix == ".zip":
-        archive = zipfile.ZipFile(path)
-        members = [m for m in archive.infolist() if not m.is_dir()]
-        if len(members) != 1:
+    name = path.name.lower()
+    with contextlib.ExitStack() as stack:
+        if name.endswith((".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")):
+            tar = stack.enter_context(tarfile.open(path, "r:*"))
+            members = [m for m in tar.getmembers() if m.isfile()]
+            names = [m.name for m in members]
+            fh = tar.extractfile(members[0]) if len(members) == 1 else None
+        elif name.endswith(".zip"):
+            archive = stack.enter_context(zipfile.ZipFile(path))
+            members = [m for m in archive.infolist() if not m.is_dir()]
             names = [m.filename for m in members]
-            archive.close()
+            fh = archive.open(members[0]) if len(members) == 1 else None
+        elif name.endswith(".gz"):
+            fh = gzip.open(path, "rb")
+        elif name.endswith(".bz2"):
+            fh = bz2.open(path, "rb")
+        elif name.endswith(".xz"):
+            fh = lzma.open(path, "rb")
+        elif name.endswith(".zst"):
+            try:
+                import zstandard
+            except ImportError:
+                raise ImportError(
+                    f"reading {path} needs zstandard: pip install zstandard, or "
+                    "decompress the file."
+                ) from None
+            fh = zstandard.open(path, "rb")
+        else:
+            fh = open(path, "rb")
+        if fh is None:
             raise ValueError(
-                f"{path} must hold one file, it holds {len(members)}: {names}."
+                f"{path} must hold one file, it holds {len(names)}: {names}."
             )
-        return archive.open(members[0])
-    if suffix == ".tar" or ".tar." in path.name.lower():
-        tar = tarfile.open(path, "r:*")
-        files = [m for m in tar.getmembers() if m.isfile()]
-        if len(files) != 1:
-            names = [m.name for m in files]
-            tar.close()
-            raise ValueError(
-                f"{path} must hold one file, it holds {len(files)}: {names}."
-            )
-        member = tar.extractfile(files[0])
-        assert member is not None  # a regular file always has its bytes
-        return member
-    return open(path, "rb")
+        yield stack.enter_context(fh)
 
 
 _WHITESPACE = b" \t\r\x0b\x0c"
@@ -598,14 +600,23 @@ class _FieldCounter(io.RawIOBase):
     \\r\\n, and \\r alone. The header (the first non-blank row) fixes the expected
     count. ``recount`` says why the counts cannot be trusted (then
     :func:`_count_fields_exactly` counts again), None when they can.
+
+    The counts come from ``bytes.translate``, which keeps only the separators and
+    line breaks in one pass over the bytes: the gaps between the line breaks of
+    what it keeps are the counts. Where the block has quotes, it keeps the quotes
+    too, and the marks between an opening and a closing quote are dropped before
+    the gaps are taken. This is faster than locating every separator of a block
+    with NumPy, whose index array is eight times as large as the kept bytes.
     """
 
     def __init__(self, raw: IO[bytes], sep: str) -> None:
         super().__init__()
         self._raw = raw
         self._sep = ord(sep)
-        # The bytes that are neither the separator nor a line break.
-        self._others = bytes(b for b in range(256) if b not in (self._sep, 10, 13))
+        # The bytes that are neither the separator nor a line break (nor a quote).
+        marks = (self._sep, 10, 13)
+        self._others = bytes(b for b in range(256) if b not in marks)
+        self._others_quoted = self._others.replace(b'"', b"")
         self._rest = b""
         self._lines = 0  # line breaks before self._rest
         self._eof = False
@@ -637,21 +648,19 @@ class _FieldCounter(io.RawIOBase):
             return
         # A \r that ends the block may be the first half of a \r\n.
         end = len(buf) - 1 if buf.endswith(b"\r") else len(buf)
-        breaks = ends = None
-        quoted = buf.find(b'"', 0, end) >= 0
-        if quoted:
-            breaks = self._breaks(buf, end)
-            ends, fields = self._quoted_rows(buf, breaks)
-            if self.recount is not None:
+        quotes = None
+        if buf.find(b'"', 0, end) >= 0:
+            quotes = np.flatnonzero(np.frombuffer(buf, np.uint8, count=end) == _QUOTE)
+            if not self._regular(buf, quotes):
                 return
-        else:
-            fields = self._field_counts(buf, end)
+        fields = self._field_counts(buf, end, quotes is not None)
         if fields.size == 0:
             self._keep(buf)
             return
+        ends = None
         first = 0
         if self.counts.expected is None:
-            ends = self._breaks(buf, end) if ends is None else ends
+            ends = self._row_ends(buf, end, quotes)
             first = self._header(buf, ends, fields)
         expected = self.counts.expected
         if expected is not None:
@@ -659,30 +668,55 @@ class _FieldCounter(io.RawIOBase):
             if len(expected) > 1:
                 bad &= fields[first:] != expected[1]
             if bad.any():
-                ends = self._breaks(buf, end) if ends is None else ends
+                ends = self._row_ends(buf, end, quotes) if ends is None else ends
                 self._add_bad(buf, end, ends, fields, np.flatnonzero(bad) + first)
-        if ends is not None:
-            last = int(ends[-1]) + 1
+        last = self._last_row_end(buf, end, quotes) + 1
+        if quotes is None:
+            self._lines += fields.size  # every line break ends a row
+        elif buf.find(b"\r", 0, last) < 0:
+            a = np.frombuffer(buf, np.uint8, count=last)
+            self._lines += int(np.count_nonzero(a == 10))
         else:
-            last = max(buf.rfind(b"\n", 0, end), buf.rfind(b"\r", 0, end)) + 1
-        self._lines += int(np.searchsorted(breaks, last)) if quoted else fields.size
+            self._lines += len(self._breaks(buf, last))
         self._rest = buf[last:]
 
-    def _field_counts(self, buf: bytes, end: int) -> np.ndarray:
-        """The field count of each row that ends in a block without quotes.
-
-        ``bytes.translate`` keeps only the separators and line breaks, in one pass
-        over the bytes; the gaps between the line breaks of what it keeps are the
-        counts. This is faster than locating every separator of the block with
-        NumPy, whose index array is eight times as large as the kept bytes.
-        """
-        if buf.find(b"\r", 0, end) < 0:
-            marks = buf.translate(None, self._others)
-        else:
-            one_break = buf[:end].replace(b"\r\n", b"\n")
-            marks = one_break.translate(_CR_AS_LF, self._others)
-        rows = np.flatnonzero(np.frombuffer(marks, dtype=np.uint8) == 10)
+    def _field_counts(self, buf: bytes, end: int, quoted: bool) -> np.ndarray:
+        """The field count of each row that ends in ``buf[:end]``."""
+        table = None
+        if buf.find(b"\r", 0, end) >= 0:
+            buf, table = buf[:end].replace(b"\r\n", b"\n"), _CR_AS_LF
+        kept = buf.translate(table, self._others_quoted if quoted else self._others)
+        if quoted:
+            # Two quotes with no mark between them (an empty or mark-free quoted
+            # field, a doubled quote) change no mark's side: dropping them first
+            # leaves few quotes in most files.
+            kept = kept.replace(b'""', b"")
+        if quoted and kept.find(b'"') >= 0:
+            k = np.frombuffer(kept, dtype=np.uint8)
+            gaps = np.diff(np.flatnonzero(k == _QUOTE), prepend=0, append=k.size)
+            outside = np.zeros(gaps.size, dtype=bool)
+            outside[::2] = True
+            kept = (k * np.repeat(outside, gaps)).tobytes().translate(None, b'\0"')
+        rows = np.flatnonzero(np.frombuffer(kept, dtype=np.uint8) == 10)
         return np.diff(rows, prepend=-1)
+
+    def _regular(self, buf: bytes, quotes: np.ndarray) -> bool:
+        """Whether every quote that would open a field starts one (else recount).
+
+        buf starts a row, outside quotes: the quotes at even positions in
+        ``quotes`` open a field, or are the second of a doubled quote.
+        """
+        opening = quotes[::2]
+        opening = opening[opening > 0]
+        before = np.frombuffer(buf, dtype=np.uint8)[opening - 1]
+        plain = (
+            (before != self._sep) & (before != 10) & (before != 13) & (before != _QUOTE)
+        )
+        if plain.any():
+            pos = int(opening[plain.argmax()])
+            line = self._line_at(self._breaks(buf, len(buf)), pos)
+            self.recount = f"line {line} has a quote inside a field"
+        return self.recount is None
 
     @staticmethod
     def _breaks(buf: bytes, end: int) -> np.ndarray:
@@ -695,27 +729,22 @@ class _FieldCounter(io.RawIOBase):
             breaks |= cr
         return np.flatnonzero(breaks)
 
-    def _quoted_rows(
-        self, buf: bytes, breaks: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Row ends and field counts of a block with quotes (sets ``recount``)."""
-        a = np.frombuffer(buf, dtype=np.uint8)
-        seps = np.flatnonzero(a == self._sep)
-        quotes = np.flatnonzero(a == _QUOTE)
-        # buf starts a row, outside quotes: the quotes at even positions in
-        # ``quotes`` open a field (or are the second of a doubled quote).
-        opening = quotes[::2]
-        opening = opening[opening > 0]
-        before = a[opening - 1]
-        plain = (
-            (before != self._sep) & (before != 10) & (before != 13) & (before != _QUOTE)
-        )
-        if plain.any():
-            line = self._line_at(breaks, int(opening[plain.argmax()]))
-            self.recount = f"line {line} has a quote inside a field"
-        ends = breaks[(np.searchsorted(quotes, breaks) & 1) == 0]
-        seps = seps[(np.searchsorted(quotes, seps) & 1) == 0]
-        return ends, np.diff(np.searchsorted(seps, ends), prepend=0) + 1
+    def _row_ends(self, buf: bytes, end: int, quotes: np.ndarray | None) -> np.ndarray:
+        """The positions of the line breaks in ``buf[:end]`` outside quotes."""
+        breaks = self._breaks(buf, end)
+        if quotes is None:
+            return breaks
+        return breaks[np.searchsorted(quotes, breaks) % 2 == 0]
+
+    @staticmethod
+    def _last_row_end(buf: bytes, end: int, quotes: np.ndarray | None) -> int:
+        pos = end
+        while True:
+            i = max(buf.rfind(b"\n", 0, pos), buf.rfind(b"\r", 0, pos))
+            k = 0 if quotes is None else int(np.searchsorted(quotes, i))
+            if k % 2 == 0:
+                return i
+            pos = int(quotes[k - 1])  # the quote that opens the field holding i
 
     def _add_bad(
         self,
@@ -769,7 +798,9 @@ def _count_fields_exactly(fh: IO[bytes], sep: str) -> _RowCounts:
     try:
         for row in reader:
             start, line = line, reader.line_num + 1
-            if not row or (len(row) == 1 and not row[0].strip(" \t\r\v\f")):
+            # A blank line reads as [] or a field of whitespace; a quoted empty
+            # field reads as [""] and is a row.
+            if not row or (len(row) == 1 and row[0] and not row[0].strip(" \t\v\f")):
                 continue
             if counts.expected is None:
                 counts.set_header(len(row), row[-1] == "")
@@ -777,4 +808,6 @@ def _count_fields_exactly(fh: IO[bytes], sep: str) -> _RowCounts:
                 counts.add_bad(start, len(row))
     except csv.Error as exc:
         logger.info("could not count the fields of every row (%s); not checked.", exc)
+    finally:
+        text.detach()  # the caller closes fh
     return counts
