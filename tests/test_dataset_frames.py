@@ -231,18 +231,8 @@ def pandas_reference(spec, tables, keys):
         t = t.add_prefix(f"{name}__")
         t[f"{name}__@m"] = 1.0
         pref[name] = t
-    cur = pref["base"]
-    ordered = True
-    for j in spec["joins"]:
-        left = j["via"] or "base"
-        lk, rk = keys[j["name"]]
-        cur = cur.merge(
-            pref[j["name"]],
-            left_on=[f"{left}__{k}" for k in lk],
-            right_on=[f"{j['name']}__{k}" for k in rk],
-            how=j["how"],
-        )
-        ordered &= j["how"] != "outer"  # pandas sorts the keys of outer joins
+    cur = _merge_chain(spec, pref, keys)
+    ordered = all(j["how"] != "outer" for j in spec["joins"])  # pandas sorts them
     if len(cur) == 0:
         return None, "the joins leave no target rows: inner join", ordered, False
 
@@ -698,13 +688,9 @@ def test_huge_finite_values_are_not_taken_for_infinite():
         from_frames(base, ["a", "b"], [], base_impute="zero")
 
 
-def _merged_target(spec, tables, keys, target):
-    """The base column ``target`` after the chain of ``pandas.merge`` calls."""
-    pref = {}
-    for name, t in tables.items():
-        t = t.add_prefix(f"{name}__")
-        pref[name] = t
-    cur = pref["base"].assign(**{f"base__{target}": target_values(tables)})
+def _merge_chain(spec, pref, keys):
+    """The chain of ``pandas.merge`` calls over tables with prefixed columns."""
+    cur = pref["base"]
     for j in spec["joins"]:
         left = j["via"] or "base"
         lk, rk = keys[j["name"]]
@@ -714,6 +700,14 @@ def _merged_target(spec, tables, keys, target):
             right_on=[f"{j['name']}__{k}" for k in rk],
             how=j["how"],
         )
+    return cur
+
+
+def _merged_target(spec, tables, keys, target):
+    """The base column ``target`` after the chain of ``pandas.merge`` calls."""
+    pref = {name: t.add_prefix(f"{name}__") for name, t in tables.items()}
+    pref["base"] = pref["base"].assign(**{f"base__{target}": target_values(tables)})
+    cur = _merge_chain(spec, pref, keys)
     return cur[f"base__{target}"].to_numpy(dtype=np.float64)
 
 

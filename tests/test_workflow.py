@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -154,44 +155,38 @@ def test_align_checks_length_index_and_rows_without_a_base_row():
 
 
 def test_weights_and_groups_align_for_group_k_fold():
+    """Weights and groups aligned through an inner join give scikit-learn's
+    grouped, weighted cross-validation on the merged table."""
+    from sklearn.linear_model import LinearRegression
+
     f = star()
-    joins = [
-        Join(
-            f["items"],
-            on="item",
-            features=["price"],
-            how="inner",
-            impute="zero",
-            name="items",
-        )
-    ]
-    keep = f["items"]["item"].iloc[:20]
-    f["items"] = f["items"][f["items"]["item"].isin(keep)]
-    joins = [replace_table(joins[0], f["items"])]
-    ds, y = from_frames(f["sales"], ["units"], joins, target="revenue", min_match=0.3)
-    assert len(ds) < len(f["sales"])
-    groups = ds.align(f["sales"]["store"])
-    weights = ds.align(np.linspace(1, 2, len(f["sales"])))
-    est = FactorizedLinearRegression()
+    items = f["items"].iloc[:20].assign(price=lambda t: t["price"].fillna(0.0))
+    joins = [Join(items, on="item", features=["price"], how="inner", name="items")]
+    sales = f["sales"].assign(w=np.linspace(1, 2, len(f["sales"])))
+    ds, y = from_frames(sales, ["units"], joins, target="revenue", min_match=0.3)
+    merged = sales.merge(items, on="item", how="inner")
+    assert len(ds) == len(merged) < len(sales)
+    groups = ds.align(sales["store"])
+    weights = ds.align(sales["w"])
+    np.testing.assert_array_equal(groups, merged["store"])
     cv = GroupKFold(n_splits=3)
     ours = cross_val_score(
-        est, ds, y, groups=groups, cv=cv, params={"sample_weight": weights}
-    )
-    theirs = cross_val_score(
-        est,
-        dense(ds),
+        FactorizedLinearRegression(),
+        ds,
         y,
         groups=groups,
         cv=cv,
         params={"sample_weight": weights},
     )
+    theirs = cross_val_score(
+        LinearRegression(),
+        merged[["units", "price"]],
+        merged["revenue"],
+        groups=merged["store"],
+        cv=cv,
+        params={"sample_weight": merged["w"]},
+    )
     np.testing.assert_allclose(ours, theirs, rtol=1e-8)
-
-
-def replace_table(j, table):
-    from dataclasses import replace
-
-    return replace(j, table=table)
 
 
 # ----------------------------------------------------------------- schema
@@ -370,16 +365,10 @@ def test_joined_mean_equals_simple_imputer_on_the_merge():
     ref = SimpleImputer(strategy="mean").fit_transform(merged[["units", "price"]])
     np.testing.assert_allclose(dense(ds), ref, rtol=1e-12)
     # The table's own mean ("mean") differs: items are not sold equally often.
-    own = from_frames(f["sales"], ["units"], [replace_impute(joins[0], "mean")])
+    own = from_frames(f["sales"], ["units"], [replace(joins[0], impute="mean")])
     fill_own = {c.column: c.fill for e in own.schema_.encodings for c in e.columns}
     assert fill_own["price"] == pytest.approx(f["items"]["price"].mean())
     assert fill_own["price"] != pytest.approx(ref[merged["price"].isna(), 1][0])
-
-
-def replace_impute(j, impute):
-    from dataclasses import replace
-
-    return replace(j, impute=impute)
 
 
 # ----------------------------------------------------------------- match rates
@@ -397,23 +386,17 @@ def test_low_match_rates_warn_and_no_match_raises():
     assert report["matched"] == 1 and report["fraction"] == 0.25
     assert len(report["hazards"]) == 2
     # Silenced per join or globally; an explicit 0 allows no match at all.
-    for kw, j in (({}, replace_min(join, 0.2)), ({"min_match": 0.2}, join)):
+    for kw, j in (({}, replace(join, min_match=0.2)), ({"min_match": 0.2}, join)):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             from_frames(base, ["x"], [j], **kw)
     nothing = Join(dim.assign(k=["p", "q", "r", "s"]), on="k", features=["z"])
     with pytest.raises(ValueError, match="matched 0 of 4 rows"):
         from_frames(base, ["x"], [nothing])
-    ds = from_frames(base, ["x"], [replace_min(nothing, 0)])
+    ds = from_frames(base, ["x"], [replace(nothing, min_match=0)])
     assert ds.match_report_["matched"].tolist() == [0]
     with pytest.raises(ValueError, match=r"min_match must be a fraction in \[0, 1\]"):
         from_frames(base, ["x"], [join], min_match=2)
-
-
-def replace_min(j, m):
-    from dataclasses import replace
-
-    return replace(j, min_match=m)
 
 
 @pytest.mark.parametrize(
