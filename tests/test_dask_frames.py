@@ -120,3 +120,15 @@ def test_unsupported_joins(client):
         dask_from_frames(base, ["day"], [])
     with pytest.raises(TypeError, match="dask.dataframe"):
         dask_from_frames(facts, ["x1"], [])
+
+
+@pytest.mark.parametrize("nulls_equal", [False, True])
+def test_missing_keys_follow_from_frames(client, nulls_equal):
+    facts = pd.DataFrame({"x": [1.0, 2.0, 3.0, 4.0], "k": [7.0, np.nan, 9.0, np.nan]})
+    dim = pd.DataFrame({"k": [np.nan, 7.0, 9.0], "z": [20.0, 10.0, 5.0]})
+    join = Join(dim, on="k", features=["z"], nulls_equal=nulls_equal)
+    dds = dask_from_frames(dd.from_pandas(facts, npartitions=2), ["x"], [join])
+    mem = from_frames(facts, ["x"], [join])
+    w = np.array([0.0, 1.0])
+    np.testing.assert_array_equal((dds @ w).compute(), mem @ w)
+    np.testing.assert_array_equal(dds.base_rows_, np.arange(4))

@@ -147,8 +147,13 @@ def dask_from_frames(
     Notes
     -----
     Inner, outer and one-to-many joins change the set of target rows, which would
-    reshuffle the fact table's partitions; they are not supported here. Unmatched
-    rows of a left join take zeros (add ``indicator=True`` for a matched flag).
+    reshuffle the fact table's partitions; they are not supported here, so the
+    dataset's rows are the fact table's (``ds.base_rows_`` is ``arange``, and
+    ``ds.align`` returns base-aligned values as they are). Unmatched rows of a left
+    join take zeros (add ``indicator=True`` for a matched flag); missing keys match
+    nothing unless ``Join(nulls_equal=True)``, as in ``from_frames``. Categories are
+    those of the whole joined table (which of its rows the fact table takes is only
+    known on the cluster).
 
     Examples
     --------
