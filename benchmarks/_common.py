@@ -43,6 +43,7 @@ __all__ = [
     "peak_rss_child",
     "peak_tracemalloc",
     "print_table",
+    "run_json_child",
     "time_calls",
     "write_records",
 ]
@@ -148,26 +149,30 @@ def peak_rss_call(func: Callable[[], Any]) -> int:
     return int(max(peak - before, 0) * 1024)
 
 
-def peak_rss_child(argv: Sequence[str], timeout: float = 300.0) -> dict[str, Any]:
-    """Run ``python argv...`` in a fresh process and parse the JSON line it prints.
-
-    The child is expected to call :func:`peak_rss_call` and print one JSON object as
-    its last line of standard output.
-    """
-    env = {**os.environ, **RSS_CHILD_ENV}
+def run_json_child(
+    argv: Sequence[str], env: dict[str, str] | None = None, timeout: float = 300.0
+) -> dict[str, Any]:
+    """Run ``python argv...`` in a fresh process (``env`` added to this one's
+    environment) and parse the JSON object it prints as its last line."""
     proc = subprocess.run(
         [sys.executable, *argv],
         capture_output=True,
         text=True,
-        env=env,
+        env={**os.environ, **(env or {})},
         timeout=timeout,
         check=False,
     )
     if proc.returncode != 0:
         raise RuntimeError(
-            f"memory child {argv} failed with code {proc.returncode}:\n{proc.stderr}"
+            f"child {argv} failed with code {proc.returncode}:\n{proc.stderr[-4000:]}"
         )
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def peak_rss_child(argv: Sequence[str], timeout: float = 300.0) -> dict[str, Any]:
+    """:func:`run_json_child` with :data:`RSS_CHILD_ENV`, for a child that calls
+    :func:`peak_rss_call` and prints one JSON object as its last line."""
+    return run_json_child(argv, RSS_CHILD_ENV, timeout)
 
 
 def _blas_info() -> list[dict[str, Any]]:

@@ -66,7 +66,6 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -83,6 +82,7 @@ from _common import (  # noqa: E402
     hardware_info,
     peak_rss_call,
     print_table,
+    run_json_child,
     write_records,
 )
 
@@ -204,8 +204,61 @@ def _fit(model: Any, X: Any, y: Any) -> tuple[Any, bool]:
 
 
 # -------------------------------------------------------------------- the child
+def _csr_nbytes(A: Any) -> int:
+    return int(A.data.nbytes + A.indices.nbytes + A.indptr.nbytes)
+
+
+def materialize_child(spec: dict[str, Any]) -> None:
+    """The join and the materialized fits of one dataset; prints one JSON object.
+
+    ``join``: ``ds.materialize()`` against the SciPy ``hstack`` join, each timed
+    once after a warm-up on the stand-in, with its tracemalloc peak (a second call)
+    and the growth of the peak RSS (a third). ``fits``: the seconds of three
+    successive materialized K-Means fits of one iteration on the dataset (a
+    cheap fit, so that the join shows; the first fit builds it).
+    """
+    from _common import peak_tracemalloc
+
+    from ilargi_sklearn.cluster import FactorizedKMeans
+
+    inp = load_inputs(spec["dataset"], spec["hamlet"])
+    ds = inp["ds"]
+    builds = {
+        "materialize": lambda d: d.materialize(),
+        "hstack": lambda d: joined_matrix(d, "hstack"),
+    }
+    small = ds[: min(WARMUP_ROWS, len(ds))]
+    out: dict[str, Any] = {"join": {}, "fits": []}
+    for name, build in builds.items():
+        build(small)
+        gc.collect()
+        t0 = time.perf_counter()
+        A = build(ds)
+        seconds = time.perf_counter() - t0
+        nbytes = _csr_nbytes(A) if sp.issparse(A) else int(A.nbytes)
+        del A
+        out["join"][name] = {
+            "seconds": seconds,
+            "result_bytes": nbytes,
+            "peak_tracemalloc_bytes": peak_tracemalloc(lambda b=build: b(ds)),
+            "peak_growth_bytes": peak_rss_call(lambda b=build: b(ds)),
+        }
+    est = FactorizedKMeans(
+        n_init=1, max_iter=1, tol=0.0, random_state=0, strategy="materialized"
+    )
+    est.fit(small)
+    for _ in range(3):
+        t0 = time.perf_counter()
+        est.fit(ds)
+        out["fits"].append(time.perf_counter() - t0)
+    print(json.dumps(out))
+
+
 def child_main(spec: dict[str, Any]) -> None:
     """One run; prints one JSON object as the last line of standard output."""
+    if spec["mode"] == "materialize":
+        materialize_child(spec)
+        return
     t0 = time.perf_counter()
     inp = load_inputs(spec["dataset"], spec["hamlet"])
     seconds_load = time.perf_counter() - t0
@@ -262,25 +315,13 @@ def _vm_hwm() -> int:
 
 
 def run_child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
-    env = dict(os.environ)
+    env = {}
     if spec["threads"] != "default":
-        for var in THREAD_VARS:
-            env[var] = str(spec["threads"])
-    if spec["mode"] == "memory":
+        env = {var: str(spec["threads"]) for var in THREAD_VARS}
+    if spec["mode"] in ("memory", "materialize"):
         env.update(RSS_CHILD_ENV)
-    proc = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"child {spec} failed with code {proc.returncode}:\n{proc.stderr[-4000:]}"
-        )
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    argv = [os.path.abspath(__file__), "--child", json.dumps(spec)]
+    return run_json_child(argv, env, timeout)
 
 
 # ---------------------------------------------------------------------- the runs
@@ -350,6 +391,51 @@ def run_case(
     return records
 
 
+def run_materialize(
+    dataset: str, args: argparse.Namespace, common: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The ``materialize`` part for one dataset (one child, ``RSS_CHILD_ENV``)."""
+    spec = {"dataset": dataset, "hamlet": args.hamlet, "mode": "materialize"}
+    spec["threads"] = args.threads[0]
+    res = run_child(spec, args.timeout)
+    records = []
+    for name, r in res["join"].items():
+        records.append(
+            {
+                **common,
+                "benchmark": "materialize",
+                "dataset": dataset,
+                "plan": name,
+                **r,
+                "peak_method": "tracemalloc and rss",
+            }
+        )
+    records.append(
+        {
+            **common,
+            "benchmark": "materialized_fits",
+            "dataset": dataset,
+            "seconds_all": res["fits"],
+        }
+    )
+    rows = [
+        {
+            "dataset": dataset,
+            "join": r["plan"],
+            "seconds": f"{r['seconds']:.3f}",
+            "result": format_bytes(r["result_bytes"]),
+            "peak (tracemalloc)": format_bytes(r["peak_tracemalloc_bytes"]),
+            "peak (rss)": format_bytes(r["peak_growth_bytes"]),
+            "peak/result": f"{r['peak_tracemalloc_bytes'] / r['result_bytes']:.2f}",
+        }
+        for r in records[:-1]
+    ]
+    print_table(rows, list(rows[0]))
+    fits = ", ".join(f"{t:.2f}" for t in res["fits"])
+    print(f"{dataset}: three materialized K-Means fits (1 iteration): {fits} s")
+    return records
+
+
 def summary_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     by_key: dict[tuple, dict[str, dict]] = {}
     for r in records:
@@ -397,6 +483,12 @@ def summary_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--hamlet", metavar="PATH", help="folder of the Hamlet datasets")
+    p.add_argument(
+        "--parts",
+        default="defaults",
+        help="comma-separated subset of 'defaults' (the estimators) and "
+        "'materialize' (the join's time and peak, and repeated materialized fits)",
+    )
     p.add_argument(
         "--datasets",
         default=None,
@@ -462,7 +554,15 @@ def main(argv: list[str] | None = None) -> int:
         "hardware": hardware_info(),
     }
     records: list[dict[str, Any]] = []
-    for dataset in datasets:
+    parts = set(args.parts.split(","))
+    if parts - {"defaults", "materialize"}:
+        p.error(f"unknown parts {sorted(parts - {'defaults', 'materialize'})}")
+    if "materialize" in parts:
+        for dataset in datasets:
+            recs = run_materialize(dataset, args, common)
+            write_records(args.out, recs)
+            records += recs
+    for dataset in datasets if "defaults" in parts else []:
         for estimator in estimators:
             recs = run_case(dataset, estimator, args, common)
             write_records(args.out, recs)

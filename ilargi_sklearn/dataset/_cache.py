@@ -181,33 +181,6 @@ def is_materialization_cached(ds: Any, device: str = "cpu") -> bool:
     return info is not None and (info[0], device) in _CACHE
 
 
-def _joined_base(ds: MultiSourceDataset, device: str) -> tuple[Any, bool]:
-    """The joined matrix of ``ds``'s factorized base (no affine layers), and
-    whether it came from the cache."""
-    base, _ = _unwrap_affine(ds.operator)
-    info = _root_info(ds)
-    if info is None:
-        return base.materialize(), False
-    token, rows, root = info
-    M = _CACHE.get(token, device)
-    hit = M is not None
-    # Build the root's join only when the slice is most of it (a CV fold); for a
-    # small slice its own join is cheaper.
-    if M is None and (rows is None or 2 * rows.shape[0] >= root.n_rows):
-        M = root.materialize()
-        _CACHE.put(token, device, M, _xp_nbytes(M), root)
-    if M is None:
-        return base.materialize(), False
-    return (M if rows is None else M[rows]), hit
-
-
-def _rewrap(A: Any, layers: list[tuple[Any, Any]]) -> Operator:
-    op: Operator = MatrixOperator(A)
-    for scale, offset in reversed(layers):
-        op = AffineOperator(op, scale, offset)
-    return op
-
-
 def materialized_operator(
     ds: MultiSourceDataset, device: str = "cpu"
 ) -> tuple[Operator, bool]:
@@ -225,10 +198,23 @@ def materialized_operator(
     hit : bool
         Whether the joined matrix came from the cache.
     """
-    if _root_info(ds) is None:
+    info = _root_info(ds)
+    if info is None:
         return ds.operator.materialized(), False
-    A, hit = _joined_base(ds, device)
-    return _rewrap(A, _unwrap_affine(ds.operator)[1]), hit
+    token, rows, root = info
+    M = _CACHE.get(token, device)
+    hit = M is not None
+    # Build the root's join only when the slice is most of it (a CV fold); for a
+    # small slice its own join is cheaper.
+    if M is None and (rows is None or 2 * rows.shape[0] >= root.n_rows):
+        M = root.materialize()
+        _CACHE.put(token, device, M, _xp_nbytes(M), root)
+    base, layers = _unwrap_affine(ds.operator)
+    A = base.materialize() if M is None else (M if rows is None else M[rows])
+    op: Operator = MatrixOperator(A)
+    for scale, offset in reversed(layers):
+        op = AffineOperator(op, scale, offset)
+    return op, hit
 
 
 def materialized_dataset(
@@ -252,6 +238,5 @@ def materialized_dataset(
     hit : bool
         Whether the joined matrix came from the cache.
     """
-    A, hit = _joined_base(ds, device)
-    op = _rewrap(A, _unwrap_affine(ds.operator)[1])
+    op, hit = materialized_operator(ds, device)
     return MultiSourceDataset(op, ds.feature_names, ds.source_names), hit
