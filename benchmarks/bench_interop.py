@@ -23,7 +23,9 @@ BLAS and OpenMP pools at 1). The cases of one table are timed interleaved.
    ``pyarrow.csv.read_csv(include_columns=...)`` (which checks field counts too) and
    ``pandas.read_csv`` of all columns; the first two also on the zip file.
 
-Peak memory is the growth of the peak RSS of a fresh child process during one call
+Ratios are taken to a reference case of the same table and run, of the medians
+(``ratio``) and of the fastest repeats (``ratio_min``, less moved by a neighbour's
+load on a shared machine). Peak memory is the growth of the peak RSS of a fresh child process during one call
 (``peak_method="rss"``: Arrow's buffers bypass tracemalloc).
 """
 
@@ -220,6 +222,7 @@ def run_table(
                     "threads": threads,
                     **st,
                     "ratio": st["seconds"] / stats[ref]["seconds"],
+                    "ratio_min": st["seconds_min"] / stats[ref]["seconds_min"],
                     "ratio_to": ref,
                 }
             )
@@ -239,8 +242,10 @@ def run_table(
                 "case": case,
                 "s (default)": f"{d['seconds']:.3f}",
                 "ratio": f"{d['ratio']:.2f}",
+                "ratio of min": f"{d['ratio_min']:.2f}",
                 "s (1 thread)": f"{one['seconds']:.3f}",
                 "ratio (1 thread)": f"{one['ratio']:.2f}",
+                "ratio of min (1 thread)": f"{one['ratio_min']:.2f}",
                 "ratio to": d["ratio_to"],
                 "peak RSS": format_bytes(d["peak_bytes"]),
             }

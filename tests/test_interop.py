@@ -190,15 +190,25 @@ def test_polars_without_pyarrow_does_not_copy_numbers(monkeypatch):
         assert np.shares_memory(df[name].to_numpy(), frame[name].to_numpy())
 
 
-def test_polars_enum_keeps_its_categories_and_order(monkeypatch):
+def test_polars_categoricals_keep_their_categories_and_order(monkeypatch):
     pl = pytest.importorskip("polars")
+    # Categoricals of one process share a mapping: the codes of "c" below do not
+    # start at 0 and are not in its order of appearance.
+    pl.Series(["zz", "b", "yy"], dtype=pl.Categorical)
     frame = pl.DataFrame(
-        {"e": pl.Series(["lo", "hi", None], dtype=pl.Enum(["lo", "mid", "hi"]))}
+        {
+            "e": pl.Series(
+                ["lo", "hi", None, "hi"], dtype=pl.Enum(["lo", "mid", "hi"])
+            ),
+            "c": pl.Series(["q", "b", None, "zz"], dtype=pl.Categorical),
+        }
     )
     for df in (as_pandas(frame, "t"), _without_pyarrow(monkeypatch, frame)):
         assert list(df["e"].cat.categories) == ["lo", "mid", "hi"]
         assert df["e"].cat.ordered
-        assert df["e"].isna().tolist() == [False, False, True]
+        assert df["e"].tolist()[:2] == ["lo", "hi"] and df["e"].isna().sum() == 1
+        assert list(df["c"].cat.categories) == ["q", "b", "zz"]
+        assert df["c"].cat.codes.tolist() == [0, 1, -1, 2]
 
 
 def _without_pyarrow(monkeypatch, frame):

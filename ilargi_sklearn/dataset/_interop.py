@@ -324,15 +324,22 @@ def _polars_column(s: Any) -> Any:
         s = s.cast(pl.Int64 if _decimal_as_int(dt.precision, dt.scale) else pl.Float64)
         dt = s.dtype
     if isinstance(dt, pl.Enum):
-        return pd.Categorical(
-            s.cast(pl.String).to_numpy(), categories=list(dt.categories), ordered=True
+        # An Enum's physical codes index its categories.
+        return pd.Categorical.from_codes(
+            _polars_codes(s), categories=list(dt.categories), ordered=True
         )
     if isinstance(dt, pl.Categorical):
         # Arrow's dictionary of a polars Categorical lists the values in order of
-        # first appearance.
-        categories = s.drop_nulls().unique(maintain_order=True).cast(pl.String)
-        return pd.Categorical(
-            s.cast(pl.String).to_numpy(), categories=categories.to_list()
+        # first appearance; the physical codes index a mapping shared by all
+        # Categoricals of the process.
+        present = s.drop_nulls().unique(maintain_order=True)
+        known = present.to_physical().to_numpy()
+        order = np.argsort(known)
+        codes = _polars_codes(s)
+        found = codes >= 0
+        codes[found] = order[np.searchsorted(known, codes[found], sorter=order)]
+        return pd.Categorical.from_codes(
+            codes, categories=present.cast(pl.String).to_list()
         )
     if dt == pl.String:
         return pd.Series(s.to_numpy(), dtype=_string_dtype()).array
@@ -350,6 +357,14 @@ def _polars_column(s: Any) -> Any:
         utc = pd.Series(s.to_numpy()).dt.tz_localize("UTC")
         return utc.dt.tz_convert(dt.time_zone).array
     return s.to_numpy()
+
+
+def _polars_codes(s: Any) -> np.ndarray:
+    """The physical codes of a polars Categorical or Enum, -1 where missing."""
+    physical = s.to_physical()
+    codes = physical.fill_null(0).to_numpy().astype(np.int64)
+    codes[physical.is_null().to_numpy()] = -1
+    return codes
 
 
 def _string_dtype() -> Any:
