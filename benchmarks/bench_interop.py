@@ -38,7 +38,6 @@ import datetime
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -53,6 +52,7 @@ from _common import (  # noqa: E402
     hardware_info,
     peak_rss_child,
     print_table,
+    run_json_child,
     write_records,
 )
 
@@ -210,13 +210,7 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
     argv = [os.path.abspath(__file__), "--child", json.dumps(spec)]
     if spec["mode"] == "rss":
         return peak_rss_child(argv)
-    env = {**os.environ, **(ONE_THREAD_ENV if spec["threads"] == 1 else {})}
-    proc = subprocess.run(
-        [sys.executable, *argv], capture_output=True, text=True, env=env, check=False
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"child {spec} failed:\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_json_child(argv, ONE_THREAD_ENV if spec["threads"] == 1 else None)
 
 
 # ------------------------------------------------------------------------ runs
