@@ -58,7 +58,7 @@ def test_objective_equals_numpy(scenario, weighted, block, monkeypatch, spy_plan
     if block is not None:
         # Rows in blocks as on large data (several blocks, a shorter last one).
         monkeypatch.setattr(
-            _loss._FusedBinomial, "_block_rows", staticmethod(lambda n, threads: block)
+            _loss._FusedBinomial, "_block_rows", staticmethod(lambda n: block)
         )
     rng = np.random.default_rng(1)
     ds = random_dataset(2, n_rows=250, scenario=scenario)
@@ -130,21 +130,6 @@ def test_unmatched_rows_and_bins():
     np.testing.assert_allclose(gsum, g.sum(), rtol=1e-15)
 
 
-def test_two_chunks_equal_one_chunk(monkeypatch):
-    ds = random_dataset(5, n_rows=40_000, scenario="many_to_many")
-    rng = np.random.default_rng(0)
-    y = (rng.random(ds.shape[0]) < 0.5).astype(float)
-    w = rng.standard_normal(ds.shape[1] + 1)
-    args = (w, ds.operator, y, None, float(ds.shape[0]), 1.0, True, 1, "binomial")
-    monkeypatch.setattr(_compiled, "n_threads", lambda: 1)
-    one = _loss_and_grad(*args)
-    monkeypatch.setattr(_compiled, "n_threads", lambda: 2)
-    assert _compiled._chunks(ds.shape[0], 16384) == 2
-    two = _loss_and_grad(*args)
-    np.testing.assert_allclose(two[0], one[0], rtol=1e-12)
-    np.testing.assert_allclose(two[1], one[1], rtol=1e-10, atol=1e-14)
-
-
 def test_plan_covers_numpy_operators_only():
     ds = random_dataset(0, n_rows=50, scenario="sparse")
     assert _fused_binomial_plan(ds.operator) is not None
@@ -187,9 +172,7 @@ def test_narrow_base_column_major_copy_lives_for_the_fit(scenario, monkeypatch):
     # On data of several row blocks a narrow dense identity source is copied
     # column-major for the products; the fit is the same, and the copy is
     # released with the plan when the fit ends.
-    monkeypatch.setattr(
-        _loss._FusedBinomial, "_block_rows", staticmethod(lambda n, threads: 37)
-    )
+    monkeypatch.setattr(_loss._FusedBinomial, "_block_rows", staticmethod(lambda n: 37))
     ds = random_dataset(5, n_rows=300, scenario=scenario)
     op = ds.operator
     y = (ds.materialize("dense")[:, 0] > 0).astype(int)
@@ -227,7 +210,7 @@ def test_compile_failure_falls_back_to_numpy(monkeypatch, caplog):
         raise numba.core.errors.TypingError("planted compile failure")
 
     monkeypatch.setitem(_compiled._state, "numba", _compiled._import_numba())
-    monkeypatch.setattr(_compiled, "_kernel", lambda name: (broken, broken))
+    monkeypatch.setattr(_compiled, "_kernel", lambda name: broken)
     with caplog.at_level("WARNING", logger=_compiled.__name__):
         est = FactorizedLogisticRegression().fit(ds, y)
     assert "could not compile" in caplog.text

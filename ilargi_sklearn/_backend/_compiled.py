@@ -45,42 +45,67 @@ numba is imported lazily, on the first call that wants a kernel, never at
 compiled kernels are a fast path, never the only one. They take NumPy arrays only;
 operators on another namespace (CuPy, ``array_api_strict``) never reach them.
 
-Threads: the kernels split the rows into one chunk per thread (``prange``), each
-with its own partial sums, reduced afterwards, so the result does not depend on the
-scheduling (it does, by rounding, on the number of chunks). The number of threads
-follows scikit-learn's OpenMP rule (``OMP_NUM_THREADS``, ``threadpoolctl`` limits),
-capped by numba's own, so that a benchmark that limits scikit-learn to one thread
-limits these kernels too. Launches are serialized by a lock: numba's default
-``workqueue`` threading layer aborts the process on concurrent launches from several
-Python threads (``GridSearchCV`` with a threading backend, Dask workers).
+Threads. A launch splits the rows into chunks, each with its own partial sums,
+reduced in chunk order, so that the result does not depend on which thread ran
+which chunk (it does, by rounding, on the number of chunks). The chunks run on a
+small pool of Python threads (:class:`_Pool`) that call the serial, ``nogil``
+kernels: the calling thread takes chunks too, helpers take the next chunk as they
+come (dynamic scheduling), and idle helpers sleep on a queue. So a thread whose
+core another process holds takes fewer chunks, and nothing spins between
+launches. Not numba's parallel loops (``prange``): their OpenMP workers spin for
+milliseconds after each loop, taking the cores from BLAS's threads and from other
+processes, and each loop waits for its slowest thread; beside one CPU-bound
+process the kernels' short launches collapsed (``benchmarks/README.md``, "Threads
+on a busy machine").
+
+How many threads (:func:`n_threads`): the smallest of scikit-learn's OpenMP count
+(``OMP_NUM_THREADS``, ``threadpoolctl`` limits, the cores joblib counts), numba's
+(``NUMBA_NUM_THREADS``, which joblib's loky workers set: inside
+``GridSearchCV(n_jobs=2)`` on 2 cores each worker gets one thread) and the CPU
+affinity mask of the process at the time of the call. A launch then takes only
+the threads that get enough rows (:func:`_chunks`, :data:`MIN_CHUNK_ROWS`): on the
+2-core machine of the benchmarks a second thread paid from about 4e5 target rows
+(1.1-1.3x), and lost up to 1.5x below, so smaller fits run on one thread. Work
+that calls BLAS in parallel tasks (:func:`run_tasks`) runs with BLAS on one
+thread (:func:`one_blas_thread`). Launches from several Python threads at once
+(``GridSearchCV`` with a threading backend, Dask workers) share the pool.
 
 Compilation: ``cache=True`` writes the machine code next to this module (or to
 numba's user cache directory when that is read-only), so only the first call on a
-machine compiles (measured on a 2-core VM: about 2-4 s per kernel and dtype; loading
-from the cache about 0.1-0.3 s per kernel, once per process).
+machine compiles: measured on the 2-core machine, a first logistic fit 0.9 s, a
+first K-Means fit 1.7 s (loading from the cache: 0.01-0.05 s). Before the first
+kernel compiles, one INFO line says so (:data:`COMPILE_NOTICE`);
+:func:`kernels_to_compile` tells beforehand which kernels are not in the cache.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import queue
 import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 __all__ = [
+    "COMPILE_NOTICE",
     "CompiledUnavailable",
     "fused_accumulate",
     "fused_assign",
     "fused_cross_tables",
     "fused_partial_at",
+    "kernels_to_compile",
     "mu_rows",
     "mu_rows_gram",
     "mu_update",
     "n_threads",
     "numba_available",
+    "one_blas_thread",
+    "run_tasks",
     "segment_sum_rows",
 ]
 
@@ -89,12 +114,8 @@ logger = logging.getLogger(__name__)
 #: Set to 1 to disable the compiled kernels (the NumPy code runs instead).
 NO_NUMBA_ENV = "ILARGI_SKLEARN_NO_NUMBA"
 
-_state: dict[str, Any] = {"numba": None, "kernels": {}}
-
-#: The kernels' parallel loop: ``range`` until numba is imported, then
-#: ``numba.prange`` (resolved as a global when a kernel compiles).
-prange = range
-_launch_lock = threading.Lock()
+_state: dict[str, Any] = {"numba": None, "kernels": {}, "compile_notice": False}
+_kernels_lock = threading.Lock()
 
 #: The kernels index their arrays through this cast. numba tests every signed index
 #: for a negative value (Python's wrap-around) unless LLVM proves it cannot be,
@@ -120,7 +141,6 @@ def _import_numba() -> Any:
             )
             _state["numba"] = False
         else:
-            globals()["prange"] = numba.prange
             _state["numba"] = numba
     return _state["numba"]
 
@@ -133,16 +153,197 @@ def numba_available() -> bool:
 
 
 def n_threads() -> int:
-    """Threads for a kernel launch: scikit-learn's OpenMP count, capped by numba's."""
+    """Threads the compiled kernels may use now (at least 1).
+
+    The smallest of
+
+    * scikit-learn's OpenMP count (``_openmp_effective_n_threads``):
+      ``OMP_NUM_THREADS``, a ``threadpoolctl`` limit on the OpenMP libraries
+      (``threadpool_limits(1)`` or ``threadpool_limits(1, user_api="openmp")``),
+      else the physical cores that joblib counts (CPU affinity and cgroup quotas
+      at its first call, ``LOKY_MAX_CPU_COUNT``);
+    * numba's thread count: ``NUMBA_NUM_THREADS``, which joblib's loky workers
+      set (``GridSearchCV(n_jobs=2)`` on 2 cores gives each worker one thread),
+      and ``numba.set_num_threads`` where numba's own threading layer runs;
+    * the CPUs this process may run on now (``os.sched_getaffinity``: ``taskset``,
+      a container's cpuset), which joblib and libgomp read only once.
+
+    A kernel launch then uses no more threads than it has chunks of work
+    (:func:`_chunks`). About 4 us per call.
+    """
     numba = _import_numba()
-    cap = numba.get_num_threads() if numba else 1
+    caps = []
+    if numba:
+        caps.append(int(numba.config.NUMBA_NUM_THREADS))
+        # get_num_threads would start numba's threading layer (OpenMP workers that
+        # spin): asked only where that layer already runs.
+        if getattr(numba.np.ufunc.parallel, "_is_initialized", False):
+            caps.append(int(numba.get_num_threads()))
+    caps.append(_openmp_threads())
+    try:
+        caps.append(len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        pass
+    return max(1, min(caps))
+
+
+def _openmp_threads() -> int:
+    """scikit-learn's thread count for its OpenMP code."""
     try:
         from sklearn.utils._openmp_helpers import _openmp_effective_n_threads
-
-        wanted = int(_openmp_effective_n_threads())
     except ImportError:  # pragma: no cover - private helper of scikit-learn
-        wanted = os.cpu_count() or 1
-    return max(1, min(cap, wanted))
+        return os.cpu_count() or 1
+    return int(_openmp_effective_n_threads())
+
+
+class _Launch:
+    """The chunks of one launch, handed out one at a time to whichever thread asks.
+
+    Chunk ``c`` runs ``task(c)`` exactly once; ``wait`` returns when every chunk
+    handed out has finished, and raises the first exception of any of them (no
+    chunk is handed out after it).
+    """
+
+    def __init__(self, task: Callable[[int], None], n_chunks: int) -> None:
+        self.task = task
+        self.n_chunks = n_chunks
+        self.handed = 0
+        self.finished = 0
+        self.error: BaseException | None = None
+        self.lock = threading.Lock()
+        self.done = threading.Lock()
+        self.done.acquire()
+
+    def work(self) -> None:
+        while True:
+            with self.lock:
+                c = self.handed
+                if c >= self.n_chunks:
+                    return
+                self.handed = c + 1
+            try:
+                self.task(c)
+            except BaseException as exc:  # re-raised by wait, in the caller
+                with self.lock:
+                    if self.error is None:
+                        self.error = exc
+                    self.n_chunks = self.handed
+            with self.lock:
+                self.finished += 1
+                last = self.finished == self.handed >= self.n_chunks
+            if last:
+                self.done.release()
+
+    def wait(self) -> None:
+        self.done.acquire()
+        if self.error is not None:
+            raise self.error
+
+
+class _Pool:
+    """Helper threads for the kernels' launches, started on first use.
+
+    The calling thread runs chunks too, and helpers take chunks as they come
+    (dynamic scheduling): a helper that the OS has not scheduled yet (its core
+    taken by another process) takes no chunk, and the launch does not wait for it.
+    Idle helpers block on a queue (no spinning), so between launches they leave
+    the cores to BLAS, NumPy and other processes. Launches from several Python
+    threads at once share the helpers.
+    """
+
+    def __init__(self) -> None:
+        self._reset()
+        if hasattr(os, "register_at_fork"):
+            # A forked child has none of the parent's threads (and a lock that
+            # one of them held would stay held).
+            os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._n_helpers = 0
+
+    def _serve(self, jobs: queue.SimpleQueue) -> None:
+        while True:
+            jobs.get().work()
+
+    def run(self, task: Callable[[int], None], n_chunks: int, threads: int) -> None:
+        """``task(c)`` for ``c`` in ``range(n_chunks)`` on up to ``threads`` threads."""
+        helpers = min(threads, n_chunks) - 1
+        if helpers <= 0:
+            for c in range(n_chunks):
+                task(c)
+            return
+        with self._lock:
+            for i in range(self._n_helpers, helpers):
+                threading.Thread(
+                    target=self._serve,
+                    args=(self._queue,),
+                    name=f"ilargi-kernels-{i}",
+                    daemon=True,
+                ).start()
+            self._n_helpers = max(self._n_helpers, helpers)
+            jobs = self._queue
+        launch = _Launch(task, n_chunks)
+        for _ in range(helpers):
+            jobs.put(launch)
+        launch.work()
+        launch.wait()
+
+
+_pool = _Pool()
+
+_blas: dict[str, Any] = {"controller": None, "limiter": None, "users": 0}
+_blas_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """BLAS on one thread inside the block (for every thread of the process).
+
+    For code that calls BLAS on vectors and thin blocks many times: level-1 BLAS
+    in L-BFGS-B on ten thousand parameters, the products of the kernels' tasks
+    (:func:`run_tasks`). Multi-threaded, such calls spend more on waking and
+    waiting for BLAS's threads than they save (a logistic fit on Hamlet's
+    Flights: 0.69 s with two OpenBLAS threads, 0.31 s with one), and BLAS threads
+    that spin-wait collapse when another process holds a core. As scikit-learn's
+    KMeans does around its Lloyd iterations; nested and concurrent uses count, and
+    the last to leave restores BLAS's thread counts.
+    """
+    with _blas_lock:
+        if _blas["users"] == 0:
+            # One controller, made once (threadpoolctl scans the loaded libraries:
+            # about 1 ms); setting the limit costs microseconds.
+            if _blas["controller"] is None:
+                from threadpoolctl import ThreadpoolController
+
+                _blas["controller"] = ThreadpoolController()
+            _blas["limiter"] = _blas["controller"].limit(limits=1, user_api="blas")
+        _blas["users"] += 1
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            _blas["users"] -= 1
+            if _blas["users"] == 0:
+                _blas["limiter"].restore_original_limits()
+
+
+def run_tasks(task: Callable[[int], None], n_tasks: int, threads: int) -> None:
+    """``task(t)`` for ``t`` in ``range(n_tasks)`` on up to ``threads`` threads of
+    the kernels' pool (the calling thread among them), BLAS on one thread
+    meanwhile (:func:`one_blas_thread`: each task's BLAS calls would otherwise
+    start BLAS's own threads, more threads than cores).
+
+    NumPy's ufuncs, BLAS and the compiled kernels release the GIL, so tasks made
+    of them run in parallel; a task should write to its own slot of the results,
+    summed in task order, so that they do not depend on the scheduling.
+    """
+    if min(threads, n_tasks) <= 1:
+        _pool.run(task, n_tasks, 1)
+        return
+    with one_blas_thread():
+        _pool.run(task, n_tasks, threads)
 
 
 # ----------------------------------------------------------------- kernel sources
@@ -425,6 +626,7 @@ def _assign_chunk(
     bias2,
     labels,
     best,
+    c,
     start,
     stop,
 ):
@@ -512,48 +714,6 @@ def _assign_chunk(
         best[u0] = ma
 
 
-def _assign_rows(
-    X0,
-    o0,
-    ip,
-    ind,
-    dat,
-    C3,
-    idxs,
-    n_groups,
-    P3,
-    offsets,
-    pads,
-    bias2,
-    labels,
-    best,
-    n_chunks,
-):
-    # The chunk bodies are separate (serial) functions: the same loops written
-    # inside the parallel loop body ran 2-4x slower.
-    n = labels.shape[0]
-    step = (n + n_chunks - 1) // n_chunks
-    for c in prange(n_chunks):
-        _assign_chunk_jit(
-            X0,
-            o0,
-            ip,
-            ind,
-            dat,
-            C3,
-            idxs,
-            n_groups,
-            P3,
-            offsets,
-            pads,
-            bias2,
-            labels,
-            best,
-            c * step,
-            min(n, (c + 1) * step),
-        )
-
-
 def _partial_at_chunk(
     X0,
     o0,
@@ -569,6 +729,7 @@ def _partial_at_chunk(
     bias,
     labels,
     best,
+    c,
     start,
     stop,
 ):
@@ -588,46 +749,6 @@ def _partial_at_chunk(
             r = r if r >= 0 else pad
             acc += P[_u(offsets[g] + r), j]
         best[u] = bias[j] - 2.0 * acc
-
-
-def _partial_at_rows(
-    X0,
-    o0,
-    ip,
-    ind,
-    dat,
-    C,
-    idxs,
-    n_groups,
-    P,
-    offsets,
-    pads,
-    bias,
-    labels,
-    best,
-    n_chunks,
-):
-    n = labels.shape[0]
-    step = (n + n_chunks - 1) // n_chunks
-    for c in prange(n_chunks):
-        _partial_at_chunk_jit(
-            X0,
-            o0,
-            ip,
-            ind,
-            dat,
-            C,
-            idxs,
-            n_groups,
-            P,
-            offsets,
-            pads,
-            bias,
-            labels,
-            best,
-            c * step,
-            min(n, (c + 1) * step),
-        )
 
 
 def _accumulate_chunk(
@@ -726,47 +847,6 @@ def _accumulate_chunk(
             if weights is not None:
                 wi = weights[u]
             cc[_u((base + r) * k + labels[u])] += wi
-
-
-def _accumulate_rows(
-    X0,
-    o0,
-    ip,
-    ind,
-    dat,
-    idxs,
-    n_groups,
-    offsets,
-    pads,
-    weights,
-    labels,
-    wsum,
-    sums0,
-    cnt,
-    n_chunks,
-):
-    n = labels.shape[0]
-    step = (n + n_chunks - 1) // n_chunks
-    for c in prange(n_chunks):
-        _accumulate_chunk_jit(
-            X0,
-            o0,
-            ip,
-            ind,
-            dat,
-            idxs,
-            n_groups,
-            offsets,
-            pads,
-            weights,
-            labels,
-            wsum,
-            sums0,
-            cnt,
-            c,
-            c * step,
-            min(n, (c + 1) * step),
-        )
 
 
 def _segment_rows_chunk(idx, W, out, c, start, stop):
@@ -974,71 +1054,98 @@ def _cross_chunk(idx, Zs, idxs, n_partners, offsets, weights, out, c, start, sto
                     Aj[_u(off + f)] += wi * Zr[f]
 
 
-def _cross_rows(idx, Zs, idxs, n_partners, offsets, weights, out, n_chunks):
-    n = idx.shape[0]
-    step = (n + n_chunks - 1) // n_chunks
-    for c in prange(n_chunks):
-        _cross_chunk_jit(
-            idx,
-            Zs,
-            idxs,
-            n_partners,
-            offsets,
-            weights,
-            out,
-            c,
-            c * step,
-            min(n, (c + 1) * step),
-        )
-
-
-#: Placeholders for the jitted chunk bodies (globals of the parallel kernels).
-_assign_chunk_jit = _assign_chunk
-_partial_at_chunk_jit = _partial_at_chunk
-_accumulate_chunk_jit = _accumulate_chunk
-_cross_chunk_jit = _cross_chunk
-
 _SOURCES = {
-    "assign": (_assign_chunk, _assign_rows),
-    "partial_at": (_partial_at_chunk, _partial_at_rows),
-    "accumulate": (_accumulate_chunk, _accumulate_rows),
-    "segment_rows": (_segment_rows_chunk, None),  # serial only
-    "mu_update": (_mu_update_chunk, None),  # serial only
-    "mu_rows": (_mu_rows_chunk, None),  # serial only
-    "cross": (_cross_chunk, _cross_rows),
+    "assign": _assign_chunk,
+    "partial_at": _partial_at_chunk,
+    "accumulate": _accumulate_chunk,
+    "segment_rows": _segment_rows_chunk,
+    "mu_update": _mu_update_chunk,
+    "mu_rows": _mu_rows_chunk,
+    "cross": _cross_chunk,
 }
 
 
-def register(name: str, chunk: Any, rows: Any) -> None:
-    """Add a kernel defined in another module: its serial chunk body and the
-    parallel ``rows`` body that calls ``<chunk name>_jit`` over ``prange`` chunks
-    (that global is set in the defining module when the kernel compiles; None for
-    a kernel that always runs as one chunk)."""
-    _SOURCES[name] = (chunk, rows)
+def register(name: str, chunk: Any) -> None:
+    """Add a kernel defined in another module (a plain Python function, jitted on
+    first use; a chunked one takes ``c, start, stop`` last, see :func:`_launch`)."""
+    _SOURCES[name] = chunk
 
 
-def _kernel(name: str) -> tuple[Any, Any]:
-    """``(serial chunk kernel, parallel kernel)`` of ``name``, jitted on first use."""
+def _dispatcher(name: str) -> Any:
+    """The jitted kernel ``name``: a numba dispatcher, made on first use (it
+    compiles, or loads from numba's cache, at its first call per signature)."""
     kernels = _state["kernels"]
-    fns = kernels.get(name)
-    if fns is None:
+    fn = kernels.get(name)
+    if fn is None:
         numba = _import_numba()
-        chunk, rows = _SOURCES[name]
-        # Contracting a * b + c into one FMA (as BLAS does): 15% faster E-step.
-        # NumPy's error model (no ZeroDivisionError test on every float division)
-        # lets a loop that divides vectorize: the W update's loop ran 1.6x faster.
-        chunk_jit = numba.njit(
-            cache=True, nogil=True, fastmath={"contract"}, error_model="numpy"
-        )(chunk)
-        rows_jit = None  # a serial-only kernel
-        if rows is not None:
-            # The parallel kernel resolves the chunk kernel as a global of its own
-            # module when it compiles.
-            rows.__globals__[chunk.__name__ + "_jit"] = chunk_jit
-            rows.__globals__["prange"] = numba.prange
-            rows_jit = numba.njit(cache=True, parallel=True, nogil=True)(rows)
-        fns = kernels[name] = (chunk_jit, rows_jit)
-    return fns
+        with _kernels_lock:
+            fn = kernels.get(name)
+            if fn is None:
+                # Contracting a * b + c into one FMA (as BLAS does): 15% faster
+                # E-step. NumPy's error model (no ZeroDivisionError test on every
+                # float division) lets a loop that divides vectorize: the W
+                # update's loop ran 1.6x faster.
+                fn = kernels[name] = numba.njit(
+                    cache=True, nogil=True, fastmath={"contract"}, error_model="numpy"
+                )(_SOURCES[name])
+    return fn
+
+
+def _kernel(name: str) -> Any:
+    """The jitted kernel ``name``, after the one-time compile notice if due."""
+    fn = _dispatcher(name)
+    if not _state["compile_notice"] and not fn.signatures and not _cached(fn):
+        _state["compile_notice"] = True
+        where = getattr(getattr(fn, "_cache", None), "_cache_path", "its directory")
+        logger.info(COMPILE_NOTICE, where)
+    return fn
+
+
+#: The INFO message logged once per process, before the first kernel compiles.
+COMPILE_NOTICE = (
+    "Compiling ilargi_sklearn's numba kernels for this machine: once, a few "
+    "seconds per kernel; later runs load them from numba's cache (%s)."
+)
+
+
+def _cached(fn: Any) -> bool:
+    """Whether numba's cache holds machine code of the jitted ``fn`` for this
+    source, numba version and CPU (then a call loads it instead of compiling)."""
+    try:
+        from numba.core.registry import cpu_target
+
+        magic = cpu_target.target_context.codegen().magic_tuple()
+        index = fn._cache._cache_file._load_index()
+    except Exception:  # pragma: no cover - numba internals moved: assume not
+        return False
+    return any(key[1] == magic for key in index)
+
+
+def kernels_to_compile() -> list[str]:
+    """The compiled kernels that numba's cache holds no machine code for.
+
+    Empty when every kernel was compiled on this machine before (for this version
+    of the package and of numba) and is loaded from the cache, and when the
+    compiled kernels are not used (:func:`numba_available` False). A fit compiles
+    the kernels it uses that are listed here: a few seconds each, once per
+    machine; the first one also logs :data:`COMPILE_NOTICE` at INFO on this
+    module's logger. Cheap (reads the cache's index files; imports numba).
+
+    Returns
+    -------
+    list of str
+        Kernel names, sorted.
+    """
+    if not numba_available():
+        return []
+    # Registers the logistic objective's kernels.
+    from ilargi_sklearn._backend import _compiled_glm  # noqa: F401
+
+    return sorted(
+        name
+        for name in _SOURCES
+        if not _dispatcher(name).signatures and not _cached(_dispatcher(name))
+    )
 
 
 def _index_tuple(idxs: list[np.ndarray], n_rows: int) -> tuple[tuple, int]:
@@ -1076,20 +1183,12 @@ class CompiledUnavailable(RuntimeError):
     """
 
 
-def _launch(name: str, n_chunks: int, args: tuple, chunk_args: tuple) -> None:
-    """Run kernel ``name``: serially for one chunk, else on ``n_chunks`` threads.
-
-    A compilation failure (numba installed but unable to compile on this platform)
-    disables the compiled kernels for the process, with one warning, and raises
-    :class:`CompiledUnavailable`.
-    """
-    chunk, rows = _kernel(name)
+def _run(name: str, body: Callable[[Any], None]) -> None:
+    """``body(kernel)`` with kernel ``name``; a compilation failure (numba installed
+    but unable to compile on this platform) disables the compiled kernels for the
+    process, with one warning, and raises :class:`CompiledUnavailable`."""
     try:
-        if n_chunks == 1:
-            chunk(*chunk_args)
-            return
-        with _launch_lock:
-            rows(*args)
+        body(_kernel(name))
     except Exception as exc:
         numba = _state["numba"]
         if not numba or not isinstance(exc, numba.core.errors.NumbaError):
@@ -1104,10 +1203,65 @@ def _launch(name: str, n_chunks: int, args: tuple, chunk_args: tuple) -> None:
         raise CompiledUnavailable(str(exc)) from exc
 
 
+def _call(name: str, *args: Any) -> None:
+    """Run kernel ``name`` once, on the calling thread: ``kernel(*args)``."""
+    _run(name, lambda kernel: kernel(*args))
+
+
+def _launch(name: str, head: tuple, n: int, n_chunks: int, threads: int) -> None:
+    """Run kernel ``name`` over rows ``[0, n)`` in ``n_chunks`` chunks of equal
+    length, on up to ``threads`` threads (:class:`_Pool`).
+
+    Chunk ``c`` runs ``kernel(*head, c, start, stop)``; whatever a chunk sums goes
+    to its own slot ``c`` of the output, so the result does not depend on which
+    thread ran which chunk (it does, by rounding, on ``n_chunks``).
+    """
+    step = -(-n // n_chunks)
+
+    def body(kernel: Any) -> None:
+        def task(c: int) -> None:
+            kernel(*head, c, c * step, min(n, (c + 1) * step))
+
+        _pool.run(task, n_chunks, threads)
+
+    _run(name, body)
+
+
 # ------------------------------------------------------------------ public kernels
-def _chunks(n: int, min_rows: int, threads: int | None = None) -> int:
+#: Chunks per thread of a launch whose chunks sum into no per-chunk buffers: a
+#: thread whose core is shared with another process takes fewer of them.
+CHUNKS_PER_THREAD = 4
+
+#: The fewest rows of a chunk, per kernel (:func:`_chunks`); kernels with
+#: per-chunk sums raise it with the size of those sums.
+MIN_CHUNK_ROWS = {
+    "assign": 32768,  # about 0.3 ms at k <= 8; fewer rows for more centers
+    "partial_at": 65536,
+    "accumulate": 131072,  # one chunk per thread
+    "cross": 131072,  # one chunk per thread
+    "binomial": 32768,
+}
+
+
+def _chunks(
+    n: int,
+    min_rows: int,
+    threads: int | None = None,
+    per_thread: int = CHUNKS_PER_THREAD,
+) -> int:
+    """Chunks of a launch over ``n`` rows on up to ``threads`` threads
+    (:func:`n_threads` when None): ``per_thread`` chunks per thread, each of at
+    least ``min_rows`` rows, on as many threads as have that much work; one chunk
+    (no partial sums to reduce) when that is one thread.
+
+    ``min_rows`` is where a chunk pays for handing it out and for its partial
+    sums, and a thread must get ``per_thread`` such chunks: on the 2-core virtual
+    machine of the benchmarks a second thread paid only from 1-2 ms of work per
+    launch and thread (K-Means on 4e5 rows 1.25x faster, on 1e5 rows 1.5x
+    slower), so the kernels ask about 130,000 rows per thread."""
     threads = n_threads() if threads is None else threads
-    return max(1, min(threads, n // min_rows or 1))
+    used = min(threads, n // (min_rows * per_thread))
+    return per_thread * used if used > 1 else 1
 
 
 def fused_assign(
@@ -1162,10 +1316,11 @@ def fused_assign(
     C3, P3, bias2 = (np.ascontiguousarray(a) for a in (C3, P3, bias2))
     head = (X0d, o0, ip, ind, dat, C3, tup, n_groups, P3, offsets, pads, bias2)
     head += (labels, best)
-    n_chunks = _chunks(n, 4096)
+    threads = n_threads()
     if _import_numba():
         _define_vector_ops()
-    _launch("assign", n_chunks, head + (n_chunks,), head + (0, n))
+    min_rows = max(1, MIN_CHUNK_ROWS["assign"] // C3.shape[0])
+    _launch("assign", head, n, _chunks(n, min_rows, threads), threads)
 
 
 def fused_partial_at(
@@ -1190,8 +1345,9 @@ def fused_partial_at(
     X0d, ip, ind, dat = _base_arrays(X0, o0)
     head = (X0d, o0, ip, ind, dat, C, tup, n_groups, P, offsets, pads, bias)
     head += (labels, best)
-    n_chunks = _chunks(n, 4096)
-    _launch("partial_at", n_chunks, head + (n_chunks,), head + (0, n))
+    threads = n_threads()
+    min_rows = MIN_CHUNK_ROWS["partial_at"]
+    _launch("partial_at", head, n, _chunks(n, min_rows, threads), threads)
 
 
 def fused_accumulate(
@@ -1217,7 +1373,12 @@ def fused_accumulate(
     """
     n, d0 = X0.shape
     k = int(n_clusters)
-    n_chunks = _chunks(n, 16384)
+    # Per-chunk sums of total * k entries, zeroed and summed on every call: one
+    # chunk per thread, each of at least twice as many rows as entries (at 2e5
+    # rows and 2e4 x 8 entries two chunks took 2.1 ms, one 1.6 ms).
+    threads = n_threads()
+    min_rows = max(MIN_CHUNK_ROWS["accumulate"], 2 * total * k)
+    n_chunks = _chunks(n, min_rows, threads, per_thread=1)
     b = {} if buffers is None else buffers
     shape = (n_chunks, total * k)
     if b.get("cnt") is None or b["cnt"].shape != shape or b["sums0"].shape[2] != d0:
@@ -1234,7 +1395,7 @@ def fused_accumulate(
     tail = (b["wsum"], b["sums0"], b["cnt"])
     if _import_numba():
         _define_vector_ops()
-    _launch("accumulate", n_chunks, head + tail + (n_chunks,), head + tail + (0, 0, n))
+    _launch("accumulate", head + tail, n, n_chunks, threads)
     if n_chunks == 1:
         return b["wsum"][0], b["sums0"][0], b["cnt"][0].reshape(total, k)
     return (
@@ -1267,7 +1428,7 @@ def segment_sum_rows(idx: np.ndarray, W: np.ndarray, n_bins: int) -> np.ndarray:
     n, k = W.shape
     out = np.zeros((1, int(n_bins) + 1, k))
     args = (np.ascontiguousarray(idx, dtype=np.int64), np.ascontiguousarray(W), out)
-    _launch("segment_rows", 1, (), args + (0, 0, n))
+    _call("segment_rows", *args, 0, 0, n)
     return out[0, :n_bins]
 
 
@@ -1296,7 +1457,7 @@ def mu_update(
         for a in arrays
     ):
         return False
-    _launch("mu_update", 1, (), arrays + (eps,))
+    _call("mu_update", *arrays, eps)
     return True
 
 
@@ -1383,7 +1544,7 @@ def mu_rows(
     if _import_numba():
         _define_vector_ops()
     args = (X0, HbT, tup, n_groups, G, offsets, pads, const, P, HHt, W, float(eps))
-    _launch("mu_rows", 1, (), args + (WW, int(start), int(stop)))
+    _call("mu_rows", *args, WW, int(start), int(stop))
     return True
 
 
@@ -1434,8 +1595,10 @@ def fused_cross_tables(
     m = int(n_bins)
     widths = [int(Z.shape[1]) for Z, _ in partners]
     offsets = np.cumsum([0] + widths[:-1]).astype(np.int64)
-    # Per-thread tables cost n_chunks * m rows: at least 4 target rows per row.
-    n_chunks = max(1, min(n_threads(), n // max(4 * m, 16384)))
+    # Per-chunk tables cost n_chunks * m rows: at least 4 target rows per row,
+    # one chunk per thread.
+    threads = n_threads()
+    n_chunks = _chunks(n, max(4 * m, MIN_CHUNK_ROWS["cross"]), threads, per_thread=1)
     out = np.zeros((n_chunks, m, sum(widths)))
     Zs = tuple(np.ascontiguousarray(Z) for Z, _ in partners)
     empty = np.zeros(0, dtype=np.int64)
@@ -1445,5 +1608,5 @@ def fused_cross_tables(
     )
     w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
     head = (np.ascontiguousarray(idx, dtype=np.int64), Zs, idxs, len(Zs), offsets, w)
-    _launch("cross", n_chunks, head + (out, n_chunks), head + (out, 0, 0, n))
+    _launch("cross", head + (out,), n, n_chunks, threads)
     return out[0] if n_chunks == 1 else out.sum(axis=0)

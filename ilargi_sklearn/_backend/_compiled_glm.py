@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ilargi_sklearn._backend import _compiled
 from ilargi_sklearn._backend._compiled import (
     _chunks,
     _index_tuple,
@@ -41,9 +42,6 @@ from ilargi_sklearn._backend._compiled import (
 )
 
 __all__ = ["fused_binomial"]
-
-#: ``range`` until the kernel compiles (then ``numba.prange``, set by ``_kernel``).
-prange = range
 
 
 def _predictor_chunk(
@@ -64,26 +62,6 @@ def _predictor_chunk(
             u = _u(i)
             r = ik[u]
             g[u] += P[_u(o + (r if r >= 0 else pad))]
-
-
-def _predictor_rows(z0, use_z0, idxs, n_groups, P, offsets, pads, bias, g, n_chunks):
-    n = g.shape[0]
-    step = (n + n_chunks - 1) // n_chunks
-    for c in prange(n_chunks):
-        _predictor_chunk_jit(
-            z0,
-            use_z0,
-            idxs,
-            n_groups,
-            P,
-            offsets,
-            pads,
-            bias,
-            g,
-            c,
-            c * step,
-            min(n, (c + 1) * step),
-        )
 
 
 def _derivative_chunk(
@@ -135,38 +113,8 @@ def _derivative_chunk(
             bn[_u(o + (r if r >= 0 else pad))] += g[ui]
 
 
-def _derivative_rows(
-    idxs, n_groups, offsets, pads, y, sw, use_sw, t, lg, g, lsum, gsum, bins, n_chunks
-):
-    n = g.shape[0]
-    step = (n + n_chunks - 1) // n_chunks
-    for c in prange(n_chunks):
-        _derivative_chunk_jit(
-            idxs,
-            n_groups,
-            offsets,
-            pads,
-            y,
-            sw,
-            use_sw,
-            t,
-            lg,
-            g,
-            lsum,
-            gsum,
-            bins,
-            c,
-            c * step,
-            min(n, (c + 1) * step),
-        )
-
-
-#: Placeholders for the jitted chunk bodies (globals of the parallel kernels).
-_predictor_chunk_jit = _predictor_chunk
-_derivative_chunk_jit = _derivative_chunk
-
-register("binomial_predictor", _predictor_chunk, _predictor_rows)
-register("binomial_derivative", _derivative_chunk, _derivative_rows)
+register("binomial_predictor", _predictor_chunk)
+register("binomial_derivative", _derivative_chunk)
 
 
 def fused_binomial(
@@ -223,11 +171,12 @@ def fused_binomial(
     """
     n = y.shape[0]
     tup, n_groups = _index_tuple(idxs, n)
-    n_chunks = _chunks(n, 16384, threads)
+    threads = _compiled.n_threads() if threads is None else threads
+    n_chunks = _chunks(n, _compiled.MIN_CHUNK_ROWS["binomial"], threads)
     g = np.empty(n)
     head = (np.zeros(0) if z0 is None else z0, z0 is not None, tup, n_groups, P)
     head += (offsets, pads, float(bias), g)
-    _launch("binomial_predictor", n_chunks, head + (n_chunks,), head + (0, 0, n))
+    _launch("binomial_predictor", head, n, n_chunks, threads)
     # exp and log1p vectorized by NumPy (the compiled scalar calls took 2.5 ms per
     # 2e5 rows, NumPy's SIMD loops 0.5 ms with the passes between them).
     t = np.abs(g)
@@ -239,7 +188,7 @@ def fused_binomial(
     bins = np.zeros((n_chunks, P.shape[0]))
     head = (tup, n_groups, offsets, pads, y, np.zeros(0) if sw is None else sw)
     head += (sw is not None, t, lg, g, lsum, gsum, bins)
-    _launch("binomial_derivative", n_chunks, head + (n_chunks,), head + (0, 0, n))
+    _launch("binomial_derivative", head, n, n_chunks, threads)
     if n_chunks == 1:
         return float(lsum[0]), float(gsum[0]), g, bins[0]
     return float(lsum.sum()), float(gsum.sum()), g, bins.sum(axis=0)

@@ -18,6 +18,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, _check_y, check_is_fitted
 
+from ilargi_sklearn._backend._compiled import one_blas_thread
 from ilargi_sklearn._backend._cuml import fit_cuml, use_cuml
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
@@ -356,10 +357,14 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
         )
         w0 = np.zeros(n_outputs * (n_features + int(self.fit_intercept)))
         try:
-            if self.solver == "lbfgs":
-                w, n_iter = self._fit_lbfgs(w0, args)
-            else:
-                w, n_iter = self._fit_gd(w0, args)
+            # BLAS on one thread: the solvers' operations on the parameter vector
+            # gain nothing from BLAS's threads; the objective's threads come from
+            # the compiled kernels' pool.
+            with one_blas_thread():
+                if self.solver == "lbfgs":
+                    w, n_iter = self._fit_lbfgs(w0, args)
+                else:
+                    w, n_iter = self._fit_gd(w0, args)
         finally:
             release_binomial_plan(op)
 
