@@ -519,8 +519,8 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
         path of large sparse problems, LSQR's ``atol`` and ``btol``; on the normal
         equations, singular values of the centered design below ``tol`` times the
         largest are treated as zero (``lstsq``'s ``cond``). Smaller values give a
-        more precise solution at more LSQR iterations (1e-12 about doubles them on
-        the Hamlet datasets). For ``solver="gd"``: stop once the largest absolute
+        more precise solution at more LSQR iterations (1e-12 takes 2-5 times
+        as many on the Hamlet datasets). For ``solver="gd"``: stop once the largest absolute
         gradient entry is at most ``tol`` (a ``ConvergenceWarning`` when
         ``max_iter`` steps do not get there); ``tol=0`` runs exactly ``max_iter``
         steps, the papers' fixed-iteration mode.
