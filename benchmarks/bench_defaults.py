@@ -13,8 +13,7 @@ Each estimator runs with the defaults a user gets, on each side:
   ``FactorizedKMeans(random_state=0)``, ``FactorizedGNMF(n_components=10,
   random_state=0)`` on the :class:`~ilargi_sklearn.MultiSourceDataset`;
 * ``ilargi-strict`` (``--strict``, linear regression only): the stricter mode
-  ``FactorizedLinearRegression(tol=1e-12)``, the LSQR tolerance of the former
-  default;
+  ``FactorizedLinearRegression(tol=1e-12)``;
 * ``sklearn``: ``LinearRegression()``, ``LogisticRegression()``,
   ``KMeans(random_state=0)``, ``NMF(n_components=10, solver="mu", random_state=0)``
   on the joined matrix (Hamlet: the SciPy CSR join, gathered source rows stacked with
@@ -97,8 +96,7 @@ THREAD_VARS = (
     "MKL_NUM_THREADS",
     "NUMBA_NUM_THREADS",
 )
-#: The stricter mode of linear regression (``--strict``): the LSQR tolerance that
-#: was the default before ``tol`` took scikit-learn's meaning.
+#: The stricter mode of linear regression (``--strict``): LSQR to 1e-12.
 STRICT_LINEAR_TOL = 1e-12
 #: NMF's rank (scikit-learn's default, n_features, is the width of the join).
 GNMF_RANK = 10

@@ -242,7 +242,7 @@ def test_sparse_materialize_with_interleaved_columns_and_explicit_zeros():
 def test_sparse_materialize_peak_is_close_to_its_result():
     # The CSR join is written once at its final size: the peak of the call stays
     # near the bytes it returns (per-term COO pieces, concatenated and converted,
-    # peaked at about five times them).
+    # would peak at about five times them).
     import tracemalloc
 
     rng = np.random.default_rng(1)

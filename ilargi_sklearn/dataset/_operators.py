@@ -418,8 +418,8 @@ def _csr_join(terms: list[Term], n: int, m: int, dtype: Any) -> sp.csr_matrix:
     allocated once at their final size; each term then writes its rows, a block of
     target rows at a time (SciPy's row gather of the source, then a scatter into the
     rows' next free slots). The peak is the result plus a few MB of block
-    temporaries: building it from per-term COO pieces, concatenated and converted,
-    held about five copies of the entries at once.
+    temporaries, where per-term COO pieces, concatenated and converted, would hold
+    about five copies of the entries at once.
     """
     # In column order, so that a row's entries come out sorted unless the terms'
     # columns interleave.
