@@ -136,7 +136,7 @@ OFFGRID = [
     },
 ]
 OFFGRID_PARAMS = {
-    "linear": {"solver": "gd", "max_iter": 12},
+    "linear": {"solver": "gd", "max_iter": 12, "tol": 0},
     "logistic": {"max_iter": 6, "tol": 0.0},
     "kmeans": {
         "n_clusters": 6,

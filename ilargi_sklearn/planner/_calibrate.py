@@ -68,7 +68,10 @@ GRID = {
 #: Several right-hand-side widths (clusters, rank, classes) per estimator, so that
 #: multi-column products are covered on narrow and on wide sources alike.
 PARAMS = {
-    "linear": ({"solver": "normal", "tol": 1e-4}, {"solver": "gd", "max_iter": 10}),
+    "linear": (
+        {"solver": "normal", "tol": 1e-4},
+        {"solver": "gd", "max_iter": 10, "tol": 0},
+    ),
     "logistic": ({"max_iter": 8, "tol": 0.0},),
     "kmeans": tuple(
         {"n_clusters": k, "max_iter": 5, "tol": 0.0, "n_init": 1, "random_state": 0}
@@ -87,7 +90,7 @@ HAMLET = ("BookCrossing", "Flights", "LastFM", "Walmart", "Yelp")
 #: first rows as initial centers (k-means++ extracts dense rows, which the
 #: factorized operator builds by densifying whole sparse sources).
 HAMLET_PARAMS = {
-    "linear": {"solver": "gd", "max_iter": 3},
+    "linear": {"solver": "gd", "max_iter": 3, "tol": 0},
     "logistic": {"max_iter": 3, "tol": 0.0},
     "kmeans": {"n_clusters": 8, "max_iter": 3, "tol": 0.0, "n_init": 1},
     "gnmf": {
