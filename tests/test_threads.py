@@ -14,7 +14,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 from ilargi_sklearn._backend import _compiled
 from ilargi_sklearn.cluster import FactorizedKMeans
 from ilargi_sklearn.datasets import make_multi_source
-from ilargi_sklearn.linear_model import FactorizedLogisticRegression, _loss
+from ilargi_sklearn.linear_model import FactorizedLogisticRegression
 from ilargi_sklearn.linear_model._loss import _loss_and_grad
 from ilargi_sklearn.utils._testing import random_dataset
 
@@ -278,10 +278,9 @@ def test_gram_equal_on_one_and_two_threads(monkeypatch, launches):
 
 
 def test_logistic_equal_on_one_and_two_threads(monkeypatch):
-    # Blocks of 8,192 rows: thirteen, as many as on 4e5 rows.
-    monkeypatch.setattr(
-        _loss._FusedBinomial, "_block_rows", staticmethod(lambda n: 8192)
-    )
+    # Four blocks of 32,768 rows, a task of one block allowed.
+    limits = {**_compiled.MIN_CHUNK_ROWS, "logistic": 32768}
+    monkeypatch.setattr(_compiled, "MIN_CHUNK_ROWS", limits)
     ds = make_multi_source(100_000, tuple_ratio=20, random_state=0).dataset
     rng = np.random.default_rng(0)
     y = (rng.random(ds.shape[0]) < 0.5).astype(float)

@@ -1240,6 +1240,7 @@ MIN_CHUNK_ROWS = {
     "accumulate": 131072,  # one chunk per thread
     "cross": 131072,  # one chunk per thread
     "binomial": 32768,
+    "logistic": 98304,  # a task of the logistic objective: 3 blocks of rows
 }
 
 

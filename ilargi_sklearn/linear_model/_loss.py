@@ -353,7 +353,8 @@ class _FusedBinomial:
         # entries, two tasks per thread. (Two threads paid from about 5e5 rows:
         # 1.08x at 6e5, 1.23x at 1e6, 0.77x at 1e5.)
         threads = _compiled.n_threads()
-        min_blocks = max(3, -(-self.total // block))
+        min_rows = max(_compiled.MIN_CHUNK_ROWS["logistic"], self.total)
+        min_blocks = -(-min_rows // block)
         n_tasks = _compiled._chunks(starts.size, min_blocks, threads, per_thread=2)
         groups = np.array_split(starts, n_tasks)
         parts = [None] * n_tasks
