@@ -65,7 +65,8 @@ How many threads (:func:`n_threads`): the smallest of scikit-learn's OpenMP coun
 affinity mask of the process at the time of the call. A launch then takes only
 the threads that get enough rows (:func:`_chunks`, :data:`MIN_CHUNK_ROWS`): on the
 2-core machine of the benchmarks a second thread paid from about 4e5 target rows
-(1.1-1.3x), and lost up to 1.5x below, so smaller fits run on one thread. Work
+(1.1-1.3x at 4e5-1e6) and lost up to 13% at 1e5, so smaller fits run on one
+thread. Work
 that calls BLAS in parallel tasks (:func:`run_tasks`) runs with BLAS on one
 thread (:func:`one_blas_thread`). Launches from several Python threads at once
 (``GridSearchCV`` with a threading backend, Dask workers) share the pool.
@@ -1103,8 +1104,8 @@ def _kernel(name: str) -> Any:
 
 #: The INFO message logged once per process, before the first kernel compiles.
 COMPILE_NOTICE = (
-    "Compiling ilargi_sklearn's numba kernels for this machine: once, a few "
-    "seconds per kernel; later runs load them from numba's cache (%s)."
+    "Compiling ilargi_sklearn's numba kernels for this machine: once, about a "
+    "second per estimator; later runs load them from numba's cache (%s)."
 )
 
 
@@ -1127,9 +1128,10 @@ def kernels_to_compile() -> list[str]:
     Empty when every kernel was compiled on this machine before (for this version
     of the package and of numba) and is loaded from the cache, and when the
     compiled kernels are not used (:func:`numba_available` False). A fit compiles
-    the kernels it uses that are listed here: a few seconds each, once per
-    machine; the first one also logs :data:`COMPILE_NOTICE` at INFO on this
-    module's logger. Cheap (reads the cache's index files; imports numba).
+    the kernels it uses that are listed here, once per machine (a first fit took
+    0.6-1.7 s more on a 2-core machine); the first one also logs
+    :data:`COMPILE_NOTICE` at INFO on this module's logger. Cheap (reads the
+    cache's index files; imports numba).
 
     Returns
     -------
@@ -1258,8 +1260,9 @@ def _chunks(
     ``min_rows`` is where a chunk pays for handing it out and for its partial
     sums, and a thread must get ``per_thread`` such chunks: on the 2-core virtual
     machine of the benchmarks a second thread paid only from 1-2 ms of work per
-    launch and thread (K-Means on 4e5 rows 1.25x faster, on 1e5 rows 1.5x
-    slower), so the kernels ask about 130,000 rows per thread."""
+    launch and thread (K-Means 1.16x faster on 4e5 rows, 1.21x on 1e6; with
+    chunks of 8,192 rows 0.87x on 1e5), so the kernels ask about 130,000 rows per
+    thread."""
     threads = n_threads() if threads is None else threads
     used = min(threads, n // (min_rows * per_thread))
     return per_thread * used if used > 1 else 1

@@ -24,8 +24,10 @@ the NumPy chain. (It was
 in the kernel: one more pass and a division per row.)
 
 The kernels follow the conventions of :mod:`._compiled` (lazy numba import, chunks
-over rows with per-chunk partial sums, :class:`~._compiled.CompiledUnavailable` on a
-compile failure, thread count and launch lock) and are registered there.
+over rows with per-chunk partial sums on its thread pool,
+:class:`~._compiled.CompiledUnavailable` on a compile failure) and are registered
+there. The logistic objective runs them on one thread per row block and spreads the
+blocks over the threads instead (``linear_model._loss``).
 """
 
 from __future__ import annotations

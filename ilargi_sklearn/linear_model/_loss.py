@@ -350,8 +350,8 @@ class _FusedBinomial:
         # evaluation, where splitting each block's passes over the threads cost
         # more than it gained. A task sums into its own arrays (summed in task
         # order below): at least 3 blocks and as many rows as its sums have
-        # entries, two tasks per thread. (Two threads paid from about 5e5 rows:
-        # 1.08x at 6e5, 1.23x at 1e6, 0.77x at 1e5.)
+        # entries, two tasks per thread (two threads: 1.26x at 4e5 rows, 1.33x at
+        # 1e6; with tasks of single blocks 0.94x at 1e5, benchmarks/README.md).
         threads = _compiled.n_threads()
         min_rows = max(_compiled.MIN_CHUNK_ROWS["logistic"], self.total)
         min_blocks = -(-min_rows // block)
