@@ -15,6 +15,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_sample_weight, _check_y, check_is_fitted
 
+from ilargi_sklearn._backend._compiled import one_blas_thread
 from ilargi_sklearn._backend._cuml import fit_cuml, use_cuml
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
@@ -469,16 +470,20 @@ def _solve_lsqr(op, Y, sample_weight, fit_intercept, tol):
     coef = np.zeros((n_targets, n_features))
     intercept = np.zeros(n_targets)
     n_iter = 0
-    for j in range(n_targets):
-        b = np.array(Y[:, j], dtype=np.float64)
-        if fit_intercept:
-            wy = b if sample_weight is None else b * sample_weight
-            intercept[j] = wy.sum() / sw_sum
-            b -= intercept[j]
-        if sqrt_sw is not None:
-            b *= sqrt_sw
-        coef[j], it = _lsqr(matvec, rmatvec, b, n_features, atol=tol, btol=tol)
-        n_iter = max(n_iter, it)
+    # LSQR's BLAS calls are dots and norms of vectors, thousands of them: BLAS
+    # threads that wake and spin-wait for each cost more than they save, and
+    # collapse when another process holds a core (benchmarks/README.md, threads).
+    with one_blas_thread():
+        for j in range(n_targets):
+            b = np.array(Y[:, j], dtype=np.float64)
+            if fit_intercept:
+                wy = b if sample_weight is None else b * sample_weight
+                intercept[j] = wy.sum() / sw_sum
+                b -= intercept[j]
+            if sqrt_sw is not None:
+                b *= sqrt_sw
+            coef[j], it = _lsqr(matvec, rmatvec, b, n_features, atol=tol, btol=tol)
+            n_iter = max(n_iter, it)
     if fit_intercept:
         intercept -= coef @ mu
     return coef, intercept, n_iter
