@@ -598,8 +598,8 @@ class FitSpec:
         unknown = [n for n in paths if n not in self.tables]
         if unknown:
             raise self.error(
-                f"--table names {unknown}, which the spec does not define; its "
-                f"tables: {list(self.tables)}.",
+                f"tables {unknown} are not defined in the spec; its tables: "
+                f"{list(self.tables)}.",
                 "tables",
             )
         data = {**self.data, "tables": {n: dict(t) for n, t in self.tables.items()}}

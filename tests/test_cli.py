@@ -857,7 +857,7 @@ def test_predict_errors(star, tmp_path, capsys):
     code, _, err = run(
         ["predict", tmp_path / "star.joblib", "--table", "nosuch=x.csv"], capsys
     )
-    assert code == 2 and "--table names ['nosuch']" in err
+    assert code == 2 and "tables ['nosuch'] are not defined in the spec" in err
     code, _, err = run(["predict", tmp_path / "star.joblib", "--table", "x"], capsys)
     assert code == 1 and "NAME=PATH" in err
 
