@@ -63,7 +63,7 @@ from ilargi_sklearn._backend._ops import xp_column_sums
 from ilargi_sklearn.dataset import AffineOperator, FactorizedMatrix, MatrixOperator
 from ilargi_sklearn.dataset._operators import fused_layout
 from ilargi_sklearn.utils._validation import (
-    DEVICES,
+    DEVICE_OPTIONS,
     DeviceMixin,
     input_namespace,
     validate_X,
@@ -1047,7 +1047,7 @@ class FactorizedKMeans(
         "tol": [Interval(Real, 0, None, closed="left")],
         "random_state": ["random_state"],
         "strategy": [StrOptions({"factorized", "materialized"})],
-        "device": [StrOptions(set(DEVICES))],
+        "device": [StrOptions(set(DEVICE_OPTIONS))],
     }
 
     def __init__(

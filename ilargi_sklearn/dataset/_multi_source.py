@@ -19,6 +19,7 @@ from ilargi_sklearn._backend._namespace import (
     is_numpy_namespace,
     to_numpy,
 )
+from ilargi_sklearn._backend._plan import DeviceUnavailableError
 from ilargi_sklearn.dataset._operators import (
     AffineOperator,
     FactorizedMatrix,
@@ -1035,7 +1036,7 @@ def _resolve_device(device: Any, namespace: Any) -> tuple[Any, Any, tuple[str, s
 
         usable, reason = probe_gpu()
         if not usable:
-            raise RuntimeError(
+            raise DeviceUnavailableError(
                 f"device='gpu' was requested but no GPU is usable: {reason}."
             )
         import array_api_compat.cupy as xp_cupy

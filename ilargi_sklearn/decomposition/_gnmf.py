@@ -55,7 +55,7 @@ from ilargi_sklearn._backend._namespace import (
 )
 from ilargi_sklearn.dataset._operators import fused_layout
 from ilargi_sklearn.utils._validation import (
-    DEVICES,
+    DEVICE_OPTIONS,
     DeviceMixin,
     _is_host,
     input_namespace,
@@ -1227,7 +1227,7 @@ class FactorizedGNMF(
         "tol": [Interval(Real, 0, None, closed="left")],
         "random_state": ["random_state"],
         "strategy": [StrOptions({"factorized", "materialized"})],
-        "device": [StrOptions(set(DEVICES))],
+        "device": [StrOptions(set(DEVICE_OPTIONS))],
     }
 
     def __init__(

@@ -24,6 +24,7 @@ from ilargi_sklearn._backend._namespace import (
     to_numpy,
 )
 from ilargi_sklearn._backend._ops import xp_column_sums
+from ilargi_sklearn._backend._plan import UnsupportedOnDeviceError
 from ilargi_sklearn.dataset._operators import matmul_into
 from ilargi_sklearn.linear_model._loss import (
     _gradient_descent,
@@ -32,7 +33,7 @@ from ilargi_sklearn.linear_model._loss import (
     _split_coef,
 )
 from ilargi_sklearn.utils._validation import (
-    DEVICES,
+    DEVICE_OPTIONS,
     STRATEGIES,
     DeviceMixin,
     device_regression_target,
@@ -629,7 +630,7 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
         "learning_rate": [Interval(Real, 0, None, closed="neither"), None],
         "tol": [Interval(Real, 0, None, closed="left")],
         "strategy": [StrOptions(set(STRATEGIES))],
-        "device": [StrOptions(set(DEVICES))],
+        "device": [StrOptions(set(DEVICE_OPTIONS))],
     }
 
     def __init__(
@@ -709,7 +710,7 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
             return self
         if on_device:
             if self.solver == "gd" or op.is_sparse:
-                raise NotImplementedError(
+                raise UnsupportedOnDeviceError(
                     "on a device, FactorizedLinearRegression supports the dense "
                     f"normal-equation solver only (got solver={self.solver!r}, "
                     f"sparse={op.is_sparse}); use device='cpu'."

@@ -36,7 +36,7 @@ from ilargi_sklearn.linear_model._loss import (
     release_binomial_plan,
 )
 from ilargi_sklearn.utils._validation import (
-    DEVICES,
+    DEVICE_OPTIONS,
     STRATEGIES,
     DeviceMixin,
     input_namespace,
@@ -233,7 +233,7 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
         "tol": [Interval(Real, 0, None, closed="left")],
         "learning_rate": [Interval(Real, 0, None, closed="neither"), None],
         "strategy": [StrOptions(set(STRATEGIES))],
-        "device": [StrOptions(set(DEVICES))],
+        "device": [StrOptions(set(DEVICE_OPTIONS))],
     }
 
     def __init__(

@@ -15,6 +15,10 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ilargi_sklearn._backend._gpu import probe_gpu
+from ilargi_sklearn._backend._plan import (
+    DeviceUnavailableError,
+    UnsupportedOnDeviceError,
+)
 from ilargi_sklearn.dataset import MultiSourceDataset
 from ilargi_sklearn.dataset._cache import (
     clear_materialization_cache,
@@ -26,7 +30,7 @@ from ilargi_sklearn.planner._cost_model import load_cost_model
 from ilargi_sklearn.planner._features import (
     DEVICES,
     PLANS,
-    REPRESENTATIONS,
+    STRATEGIES,
     plan_features,
     split_plan,
 )
@@ -57,23 +61,22 @@ _GPU_MODULES = ("cupy", "cupyx", "cupy_backends", "cuml", "rmm")
 def _resource_failure(exc: BaseException, device: str) -> str | None:
     """Why ``exc`` is a resource failure (a reason to try another plan), or None.
 
-    Out of memory on any device; on a GPU plan also an unusable GPU (an error of
-    the GPU libraries, or the ``RuntimeError`` that names the GPU probe's reason)
-    and a configuration the GPU kernels do not support (``NotImplementedError``).
+    Out of memory on any device; on a GPU plan also an unusable GPU
+    (:class:`DeviceUnavailableError`, or an error raised by the GPU libraries
+    themselves) and a configuration the GPU kernels do not implement
+    (:class:`UnsupportedOnDeviceError`).
     """
     if isinstance(exc, MemoryError):
         return "out of memory"
-    name = type(exc).__name__
-    if "OutOfMemory" in name:
+    if "OutOfMemory" in type(exc).__name__:
         return "GPU out of memory"
     if device != "gpu":
         return None
-    module = type(exc).__module__.split(".")[0]
-    if module in _GPU_MODULES:
+    if isinstance(exc, DeviceUnavailableError):
         return "GPU unusable"
-    if isinstance(exc, NotImplementedError):
+    if isinstance(exc, UnsupportedOnDeviceError):
         return "not supported on the GPU"
-    if isinstance(exc, RuntimeError) and "GPU" in str(exc):
+    if type(exc).__module__.split(".")[0] in _GPU_MODULES:
         return "GPU unusable"
     return None
 
@@ -206,18 +209,18 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
                 f"devices must be 'auto' or a non-empty list of {list(DEVICES)}, got "
                 f"{self.devices!r}."
             )
-        names = REPRESENTATIONS if self.plans == "auto" else self.plans
+        names = STRATEGIES if self.plans == "auto" else self.plans
         if isinstance(names, str):
             names = [names]
         out: list[str] = []
         for name in names:
-            if name in REPRESENTATIONS:
+            if name in STRATEGIES:
                 out += [f"{name}-{d}" for d in devices]
             elif name in PLANS:
                 out.append(name)
             else:
                 raise ValueError(
-                    f"unknown plan {name!r}; use 'auto', {list(REPRESENTATIONS)} or "
+                    f"unknown plan {name!r}; use 'auto', {list(STRATEGIES)} or "
                     f"{list(PLANS)}."
                 )
         return list(dict.fromkeys(out))

@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ilargi_sklearn._backend._plan import DEVICES, PLANS, STRATEGIES, Plan
+
 # Above this many features, sparse least squares use LSQR: the estimator's own rule.
 from ilargi_sklearn.linear_model._linear import _MAX_DENSE_GRAM_FEATURES
 
@@ -31,7 +33,7 @@ __all__ = [
     "DEVICES",
     "ESTIMATOR_KINDS",
     "PLANS",
-    "REPRESENTATIONS",
+    "STRATEGIES",
     "algorithm_features",
     "data_features",
     "estimator_kind",
@@ -43,10 +45,6 @@ __all__ = [
     "with_iterations",
 ]
 
-REPRESENTATIONS = ("factorized", "materialized")
-DEVICES = ("cpu", "gpu")
-#: Every plan, as ``"{representation}-{device}"``.
-PLANS = tuple(f"{r}-{d}" for d in DEVICES for r in REPRESENTATIONS)
 ESTIMATOR_KINDS = ("linear", "logistic", "kmeans", "gnmf", "other")
 
 # Python-level overhead of one operator call (one product, one gather), seconds.
@@ -66,10 +64,10 @@ _HOST_LINK_BYTES_PER_S = 20e9
 
 def split_plan(plan: str) -> tuple[str, str]:
     """``"factorized-cpu"`` -> ``("factorized", "cpu")``, with a clear error."""
-    rep, _, device = str(plan).partition("-")
-    if rep not in REPRESENTATIONS or device not in DEVICES:
+    if "-" not in str(plan):
         raise ValueError(f"unknown plan {plan!r}; plans are {list(PLANS)}.")
-    return rep, device
+    parsed = Plan.parse(str(plan))
+    return parsed.strategy, parsed.device
 
 
 # ---------------------------------------------------------------------------- data

@@ -21,7 +21,7 @@ from ilargi_sklearn._backend._namespace import (
 )
 from ilargi_sklearn.dataset import AffineOperator, MultiSourceDataset
 from ilargi_sklearn.utils._validation import (
-    DEVICES,
+    DEVICE_OPTIONS,
     DeviceMixin,
     input_namespace,
     validate_X,
@@ -127,7 +127,7 @@ class FactorizedStandardScaler(
         "with_mean": ["boolean"],
         "with_std": ["boolean"],
         "copy": ["boolean"],
-        "device": [StrOptions(set(DEVICES))],
+        "device": [StrOptions(set(DEVICE_OPTIONS))],
     }
 
     def __init__(self, *, with_mean=True, with_std=True, copy=True, device="auto"):

@@ -16,20 +16,24 @@ from ilargi_sklearn._backend._namespace import (
     numpy_dtype,
     to_numpy,
 )
+from ilargi_sklearn._backend._plan import (
+    DEVICE_OPTIONS,
+    STRATEGIES,
+    DeviceUnavailableError,
+)
 from ilargi_sklearn.dataset import MatrixOperator, MultiSourceDataset, Operator
 from ilargi_sklearn.dataset._cache import materialized_operator
 
 __all__ = [
-    "DEVICES",
+    "DEVICE_OPTIONS",
+    "STRATEGIES",
+    "Caller",
     "DeviceMixin",
     "check_device",
     "check_strategy",
     "input_namespace",
     "validate_X",
 ]
-
-STRATEGIES = ("factorized", "materialized")
-DEVICES = ("auto", "cpu", "gpu")
 
 
 def check_device(device: str) -> str:
@@ -38,18 +42,18 @@ def check_device(device: str) -> str:
     Raises
     ------
     ValueError
-        For a value outside :data:`DEVICES`.
-    RuntimeError
+        For a value outside :data:`DEVICE_OPTIONS`.
+    DeviceUnavailableError
         For ``"gpu"`` when the GPU probe fails; the message carries its reason.
     """
-    if device not in DEVICES:
-        raise ValueError(f"device must be one of {DEVICES}, got {device!r}.")
+    if device not in DEVICE_OPTIONS:
+        raise ValueError(f"device must be one of {DEVICE_OPTIONS}, got {device!r}.")
     if device == "gpu":
         from ilargi_sklearn._backend._gpu import probe_gpu
 
         usable, reason = probe_gpu()
         if not usable:
-            raise RuntimeError(
+            raise DeviceUnavailableError(
                 f"device='gpu' was requested but no GPU is usable: {reason}."
             )
     return device
@@ -66,6 +70,30 @@ def input_namespace(X: Any) -> tuple[Any, Any]:
     except TypeError:  # pandas and other array-likes
         return get_namespace(), "cpu"
     return xp, device_of(X)
+
+
+class Caller:
+    """Where the caller's data lives, to hand results back there.
+
+    Made once at the boundary of a public method (``Caller(X)``, before ``X`` is
+    validated or moved to the estimator's device); :meth:`give` returns an array
+    computed in any namespace in the caller's namespace and on its device. NumPy
+    results for a NumPy caller come back unchanged (no copy).
+    """
+
+    __slots__ = ("device", "xp")
+
+    def __init__(self, X: Any) -> None:
+        self.xp, self.device = input_namespace(X)
+
+    def give(self, out: Any) -> Any:
+        """``out`` in the caller's namespace and on its device."""
+        if out is None:
+            return None
+        xp = get_namespace(out)
+        if xp is self.xp or (is_numpy_namespace(xp) and is_numpy_namespace(self.xp)):
+            return out
+        return asarray_on(out, self.xp, self.device)
 
 
 class DeviceMixin:

@@ -1,0 +1,83 @@
+"""The vocabulary of plans and devices (``_backend/_plan.py``) and the boundary that
+hands results back to the caller (``utils/_validation.Caller``)."""
+
+import numpy as np
+import pytest
+
+from ilargi_sklearn._backend._plan import (
+    DEVICE_OPTIONS,
+    DEVICES,
+    PLANS,
+    STRATEGIES,
+    DeviceUnavailableError,
+    Plan,
+    UnsupportedOnDeviceError,
+)
+from ilargi_sklearn.planner._auto import _resource_failure
+from ilargi_sklearn.planner._features import split_plan
+from ilargi_sklearn.utils._validation import Caller, check_device
+
+
+def test_plan_names_round_trip():
+    assert PLANS == (
+        "factorized-cpu",
+        "materialized-cpu",
+        "factorized-gpu",
+        "materialized-gpu",
+    )
+    for name in PLANS:
+        plan = Plan.parse(name)
+        assert plan.name == str(plan) == name
+        assert split_plan(name) == (plan.strategy, plan.device)
+    assert Plan.parse("materialized") == Plan("materialized", "cpu")
+    assert Plan("materialized").materialized and not Plan("factorized").materialized
+    assert DEVICE_OPTIONS == ("auto", *DEVICES)
+    assert set(STRATEGIES) == {p.strategy for p in map(Plan.parse, PLANS)}
+
+
+@pytest.mark.parametrize("name", ["joined-cpu", "factorized-tpu", "factorized-"])
+def test_unknown_plans_are_named(name):
+    with pytest.raises(ValueError, match="unknown plan"):
+        Plan.parse(name)
+    with pytest.raises(ValueError, match="unknown plan"):
+        split_plan(name)
+
+
+def test_bare_strategy_is_not_a_plan_name_for_the_planner():
+    with pytest.raises(ValueError, match="unknown plan 'factorized'"):
+        split_plan("factorized")
+
+
+def test_fallbacks_follow_the_exception_type_not_its_message():
+    assert _resource_failure(DeviceUnavailableError("x"), "gpu") == "GPU unusable"
+    assert (
+        _resource_failure(UnsupportedOnDeviceError("x"), "gpu")
+        == "not supported on the GPU"
+    )
+    # An error that merely mentions the GPU is the user's to see.
+    assert _resource_failure(RuntimeError("bad GPU setting"), "gpu") is None
+    assert _resource_failure(DeviceUnavailableError("x"), "cpu") is None
+    assert _resource_failure(MemoryError(), "cpu") == "out of memory"
+    # Subclasses keep the earlier untyped contracts.
+    assert issubclass(DeviceUnavailableError, RuntimeError)
+    assert issubclass(UnsupportedOnDeviceError, NotImplementedError)
+
+
+def test_gpu_request_without_gpu_raises_the_typed_error(monkeypatch):
+    from ilargi_sklearn._backend import _gpu
+
+    monkeypatch.setattr(_gpu, "probe_gpu", lambda: (False, "no driver"))
+    with pytest.raises(DeviceUnavailableError, match="no driver"):
+        check_device("gpu")
+
+
+def test_caller_hands_numpy_back_unchanged_and_moves_other_namespaces():
+    xp = pytest.importorskip("array_api_strict")
+    out = np.arange(3.0)
+    assert Caller(np.ones((2, 2))).give(out) is out
+    assert Caller(np.ones((2, 2))).give(None) is None
+    on_strict = Caller(xp.ones((2, 2))).give(out)
+    assert type(on_strict).__module__.startswith("array_api_strict")
+    np.testing.assert_array_equal(np.asarray(on_strict), out)
+    back = Caller(np.ones((2, 2))).give(xp.asarray(out))
+    assert isinstance(back, np.ndarray)
