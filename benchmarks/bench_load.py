@@ -141,14 +141,14 @@ def child_main(
     """Time one case at this process's thread setting; print one JSON line."""
     from threadpoolctl import ThreadpoolController
 
-    from ilargi_sklearn._backend import _compiled
+    from ilargi_sklearn._backend import _launcher
 
     # Made once: a fresh threadpool_limits scans the loaded libraries (ms).
     controller = ThreadpoolController()
 
     if min_chunk_rows:
-        _compiled.MIN_CHUNK_ROWS = dict.fromkeys(
-            _compiled.MIN_CHUNK_ROWS, min_chunk_rows
+        _launcher.MIN_CHUNK_ROWS = dict.fromkeys(
+            _launcher.MIN_CHUNK_ROWS, min_chunk_rows
         )
     inp = be.load_inputs(case)
     tiny = inp.head(be.WARMUP_ROWS)
@@ -205,8 +205,8 @@ def child_main(
             {
                 "fields": contexts[id(inp)].fields,
                 "results": results,
-                "n_threads": _compiled.n_threads(),
-                "min_chunk_rows": _compiled.MIN_CHUNK_ROWS,
+                "n_threads": _launcher.n_threads(),
+                "min_chunk_rows": _launcher.MIN_CHUNK_ROWS,
                 "settings": be.SETTINGS,
             }
         )
@@ -388,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         metavar="N",
         help="set every kernel's fewest rows per chunk to N (the thresholds of "
-        "_compiled.MIN_CHUNK_ROWS; to measure them)",
+        "_launcher.MIN_CHUNK_ROWS; to measure them)",
     )
     p.add_argument(
         "--quick", action="store_true", help="one synthetic case of 5e4 rows, 1 round"

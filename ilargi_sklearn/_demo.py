@@ -361,7 +361,7 @@ def note_first_compile(console: Console) -> list[str]:
 
     Returns the kernels numba's cache does not hold yet (empty: nothing to say).
     """
-    from ilargi_sklearn._backend._compiled import kernels_to_compile
+    from ilargi_sklearn._backend._launcher import kernels_to_compile
 
     todo = kernels_to_compile()
     if todo:

@@ -1009,12 +1009,12 @@ def test_fit_malformed_csv_row_is_an_error_with_file_and_line(star, capsys):
 
 
 def test_fit_says_when_it_compiles_kernels_first(star, monkeypatch, capsys):
-    from ilargi_sklearn._backend import _compiled
+    from ilargi_sklearn._backend import _launcher
 
-    monkeypatch.setattr(_compiled, "kernels_to_compile", lambda: ["lloyd", "gram"])
+    monkeypatch.setattr(_launcher, "kernels_to_compile", lambda: ["lloyd", "gram"])
     code, _, err = run(["fit", star, "--no-save", "--cv", "0"], capsys)
     assert code == 0, err
     assert "compile up to 2 numba kernels" in err
-    monkeypatch.setattr(_compiled, "kernels_to_compile", lambda: [])
+    monkeypatch.setattr(_launcher, "kernels_to_compile", lambda: [])
     code, _, err = run(["fit", star, "--no-save", "--cv", "0"], capsys)
     assert "numba kernels" not in err

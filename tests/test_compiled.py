@@ -11,10 +11,16 @@ from sklearn.cluster import KMeans
 from threadpoolctl import threadpool_limits
 
 from ilargi_sklearn import MultiSourceDataset
-from ilargi_sklearn._backend import _compiled
-from ilargi_sklearn.cluster import FactorizedKMeans, _kmeans
-from ilargi_sklearn.dataset import AffineOperator, FactorizedMatrix, MatrixOperator
+from ilargi_sklearn._backend import _launcher
+from ilargi_sklearn.cluster import FactorizedKMeans, _kmeans, _lloyd_numba
+from ilargi_sklearn.dataset import (
+    AffineOperator,
+    FactorizedMatrix,
+    MatrixOperator,
+    _gram_numba,
+)
 from ilargi_sklearn.dataset._operators import fused_layout, matmul_into
+from ilargi_sklearn.decomposition import _gnmf_numba
 from ilargi_sklearn.linear_model._linear import _solve_lsqr
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
 
@@ -33,7 +39,7 @@ def _dense(ds):
 @pytest.fixture(autouse=True)
 def compiled_enabled(monkeypatch):
     """Run with the compiled kernels on (whatever the caller's environment says)."""
-    monkeypatch.delenv(_compiled.NO_NUMBA_ENV, raising=False)
+    monkeypatch.delenv(_launcher.NO_NUMBA_ENV, raising=False)
 
 
 @pytest.fixture
@@ -65,18 +71,18 @@ def test_numba_is_not_imported_with_the_package():
 
 
 def test_environment_variable_disables_the_kernels(monkeypatch):
-    monkeypatch.delenv(_compiled.NO_NUMBA_ENV, raising=False)
-    assert _compiled.numba_available()
-    monkeypatch.setenv(_compiled.NO_NUMBA_ENV, "1")
-    assert not _compiled.numba_available()
-    monkeypatch.setenv(_compiled.NO_NUMBA_ENV, "0")
-    assert _compiled.numba_available()
+    monkeypatch.delenv(_launcher.NO_NUMBA_ENV, raising=False)
+    assert _launcher.numba_available()
+    monkeypatch.setenv(_launcher.NO_NUMBA_ENV, "1")
+    assert not _launcher.numba_available()
+    monkeypatch.setenv(_launcher.NO_NUMBA_ENV, "0")
+    assert _launcher.numba_available()
 
 
 def test_threads_follow_the_openmp_limit():
     with threadpool_limits(limits=1, user_api="openmp"):
-        assert _compiled.n_threads() == 1
-    assert 1 <= _compiled.n_threads() <= numba.get_num_threads()
+        assert _launcher.n_threads() == 1
+    assert 1 <= _launcher.n_threads() <= numba.get_num_threads()
 
 
 # ------------------------------------------------------------------------ kernels
@@ -123,7 +129,7 @@ def test_assign_and_accumulate_match_numpy(k, dtype, base, d0):
     labels = np.empty(n, dtype=np.int32)
     best = np.empty(n, dtype=dtype)
     nb = kp // 8
-    _compiled.fused_assign(
+    _lloyd_numba.fused_assign(
         Xk,
         o0,
         np.ascontiguousarray(C0.reshape(d0, nb, 8).transpose(1, 0, 2)),
@@ -145,11 +151,11 @@ def test_assign_and_accumulate_match_numpy(k, dtype, base, d0):
 
     at = np.empty(n, dtype=dtype)
     given = rng.integers(0, k, n).astype(np.int32)
-    _compiled.fused_partial_at(Xk, o0, C0, idxs, P, offsets, pads, bias, given, at)
+    _lloyd_numba.fused_partial_at(Xk, o0, C0, idxs, P, offsets, pads, bias, given, at)
     np.testing.assert_allclose(at, partial[np.arange(n), given], atol=tol * scale)
 
     w = rng.random(n)
-    wsum, sums0, cnt = _compiled.fused_accumulate(
+    wsum, sums0, cnt = _lloyd_numba.fused_accumulate(
         Xk, o0, idxs, offsets, pads, w, labels, k, total
     )
     np.testing.assert_allclose(wsum, np.bincount(labels, w, minlength=k))
@@ -193,7 +199,7 @@ def test_assign_ties_take_the_first_center(dtype, base):
     labels = np.empty(n, dtype=np.int32)
     best = np.empty(n, dtype=dtype)
     nb = kp // 8
-    _compiled.fused_assign(
+    _lloyd_numba.fused_assign(
         Xk,
         o0,
         np.ascontiguousarray(C0.reshape(d0, nb, 8).transpose(1, 0, 2)),
@@ -219,7 +225,7 @@ def test_csr_base_cannot_be_centered():
     o0 = np.array([0.0, 0.5, 0.0])
     idxs, offsets, pads = [], np.zeros(0, np.int64), np.zeros(0, np.int64)
     with pytest.raises(ValueError, match=r"o0 must be zero.*columns \[1\]"):
-        _compiled.fused_accumulate(
+        _lloyd_numba.fused_accumulate(
             X0, o0, idxs, offsets, pads, np.ones(3), np.zeros(3, np.int32), 1, 0
         )
 
@@ -228,7 +234,7 @@ def test_two_chunks_equal_one_chunk(monkeypatch):
     ds = random_dataset(3, n_rows=9000, scenario="left")
     init = _dense(ds)[:5]
     one = FactorizedKMeans(5, init=init, max_iter=5).fit(ds)
-    monkeypatch.setattr(_compiled, "n_threads", lambda: 2)
+    monkeypatch.setattr(_launcher, "n_threads", lambda: 2)
     two = FactorizedKMeans(5, init=init, max_iter=5).fit(ds)
     np.testing.assert_array_equal(one.labels_, two.labels_)
     np.testing.assert_allclose(one.cluster_centers_, two.cluster_centers_, rtol=1e-10)
@@ -290,7 +296,7 @@ def test_layout_is_none_where_kernels_do_not_apply():
 def _fit_both(ds, monkeypatch, **kw):
     fused = FactorizedKMeans(**kw).fit(ds)
     with monkeypatch.context() as m:
-        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        m.setenv(_launcher.NO_NUMBA_ENV, "1")
         plain = FactorizedKMeans(**kw).fit(ds)
     return fused, plain
 
@@ -304,7 +310,7 @@ def test_kmeans_compiled_equals_numpy_and_sklearn(scenario, monkeypatch, spy_fus
     fused = FactorizedKMeans(6, init=init).fit(ds, sample_weight=sw)
     assert len(spy_fused) == 1
     with monkeypatch.context() as m:
-        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        m.setenv(_launcher.NO_NUMBA_ENV, "1")
         plain = FactorizedKMeans(6, init=init).fit(ds, sample_weight=sw)
     assert len(spy_fused) == 1
     ref = KMeans(6, init=init, n_init=1, algorithm="lloyd").fit(X, sample_weight=sw)
@@ -387,7 +393,7 @@ def test_kmeans_predict_and_score_compiled_equal_numpy(scenario, monkeypatch):
     other = ds[np.arange(0, ds.shape[0], 3)]
     labels, score = fused.predict(other), fused.score(other)
     with monkeypatch.context() as m:
-        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        m.setenv(_launcher.NO_NUMBA_ENV, "1")
         np.testing.assert_array_equal(labels, fused.predict(other))
         np.testing.assert_allclose(score, fused.score(other), rtol=_tol(ds.dtype))
     np.testing.assert_array_equal(labels, fused.labels_[::3])
@@ -444,7 +450,7 @@ def test_kmeans_sparse_sources_equal_sklearn_and_numpy(
     fused = FactorizedKMeans(k, init=init).fit(ds, sample_weight=sw)
     assert len(spy_fused) == 1
     with monkeypatch.context() as m:
-        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        m.setenv(_launcher.NO_NUMBA_ENV, "1")
         plain = FactorizedKMeans(k, init=init).fit(ds, sample_weight=sw)
     assert len(spy_fused) == 1
     ref = KMeans(k, init=init, n_init=1, algorithm="lloyd").fit(X, sample_weight=sw)
@@ -462,7 +468,7 @@ def test_kmeans_sparse_sources_equal_sklearn_and_numpy(
     rows = ds[np.arange(0, ds.shape[0], 3)]
     labels, score = fused.predict(rows), fused.score(rows)
     with monkeypatch.context() as m:
-        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        m.setenv(_launcher.NO_NUMBA_ENV, "1")
         np.testing.assert_array_equal(labels, fused.predict(rows))
         np.testing.assert_allclose(score, fused.score(rows), rtol=_tol(dtype))
     np.testing.assert_array_equal(labels, ref.predict(X[::3]))
@@ -533,12 +539,12 @@ def test_without_numba_the_numpy_path_runs():
         "import sys\n"
         "sys.modules['numba'] = None  # import numba raises ImportError\n"
         "import numpy as np\n"
-        "from ilargi_sklearn._backend import _compiled\n"
+        "from ilargi_sklearn._backend import _launcher\n"
         "from ilargi_sklearn.cluster import FactorizedKMeans\n"
         "from ilargi_sklearn.utils._testing import random_dataset\n"
         "ds = random_dataset(0, n_rows=100, scenario='star')\n"
         "km = FactorizedKMeans(3, random_state=0).fit(ds)\n"
-        "print(_compiled.numba_available(), np.unique(km.labels_).size)"
+        "print(_launcher.numba_available(), np.unique(km.labels_).size)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
@@ -553,10 +559,10 @@ def _plant_compile_failure(monkeypatch, kernel=None):
     def broken(*args):
         raise numba.core.errors.TypingError("planted compile failure")
 
-    monkeypatch.setitem(_compiled._state, "numba", _compiled._import_numba())
-    original = _compiled._kernel
+    monkeypatch.setitem(_launcher._state, "numba", _launcher._import_numba())
+    original = _launcher._kernel
     monkeypatch.setattr(
-        _compiled,
+        _launcher,
         "_kernel",
         lambda name: broken if kernel in (None, name) else original(name),
     )
@@ -565,28 +571,28 @@ def _plant_compile_failure(monkeypatch, kernel=None):
 def test_compile_failure_falls_back_to_numpy(monkeypatch, caplog):
     # numba installed but unable to compile: one warning, the kernels are
     # disabled for the process, and the fit is the NumPy path's.
-    monkeypatch.delenv(_compiled.NO_NUMBA_ENV, raising=False)
+    monkeypatch.delenv(_launcher.NO_NUMBA_ENV, raising=False)
     ds = random_dataset(3, scenario="star", n_rows=300)
     kw = dict(n_clusters=4, n_init=2, random_state=0)
     with monkeypatch.context() as m:
-        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        m.setenv(_launcher.NO_NUMBA_ENV, "1")
         ref = FactorizedKMeans(**kw).fit(ds)
 
     _plant_compile_failure(monkeypatch)
-    with caplog.at_level("WARNING", logger=_compiled.__name__):
+    with caplog.at_level("WARNING", logger=_launcher.__name__):
         est = FactorizedKMeans(**kw).fit(ds)
     assert "could not compile" in caplog.text
-    assert not _compiled.numba_available()
+    assert not _launcher.numba_available()
     np.testing.assert_array_equal(est.labels_, ref.labels_)
     np.testing.assert_allclose(est.cluster_centers_, ref.cluster_centers_, rtol=1e-12)
     np.testing.assert_array_equal(est.predict(ds), ref.predict(ds))
     # Errors that are not compile failures still surface.
-    monkeypatch.setitem(_compiled._state, "numba", numba)
+    monkeypatch.setitem(_launcher._state, "numba", numba)
 
     def failing(*args):
         raise ValueError("not a compile failure")
 
-    monkeypatch.setattr(_compiled, "_kernel", lambda name: failing)
+    monkeypatch.setattr(_launcher, "_kernel", lambda name: failing)
     with pytest.raises(ValueError, match="not a compile failure"):
         FactorizedKMeans(**kw).fit(ds)
 
@@ -598,17 +604,18 @@ def test_accumulate_alone_in_a_fresh_process(tmp_path):
     code = (
         "import logging, numpy as np\n"
         "logging.basicConfig(level=logging.WARNING)\n"
-        "from ilargi_sklearn._backend import _compiled as c\n"
+        "from ilargi_sklearn._backend import _launcher as c\n"
+        "from ilargi_sklearn.cluster._lloyd_numba import fused_accumulate\n"
         "rng = np.random.default_rng(0)\n"
         "X0 = rng.random((101, 3)); lab = rng.integers(0, 4, 101).astype(np.int32)\n"
-        "w, s, _ = c.fused_accumulate(X0, np.zeros(3), [], np.zeros(0, np.int64),"
+        "w, s, _ = fused_accumulate(X0, np.zeros(3), [], np.zeros(0, np.int64),"
         " np.zeros(0, np.int64), None, lab, 4, 0)\n"
         "ref = np.zeros((4, 3)); np.add.at(ref, lab, X0)\n"
         "print(np.allclose(s, ref), np.allclose(w, np.bincount(lab, minlength=4)),"
         " c.numba_available())\n"
     )
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
-    env.pop(_compiled.NO_NUMBA_ENV, None)
+    env.pop(_launcher.NO_NUMBA_ENV, None)
     out = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
@@ -630,7 +637,7 @@ def test_segment_sum_rows_matches_numpy(dtype):
     expected = np.zeros((bins, k))
     keep = idx >= 0
     np.add.at(expected, idx[keep], W[keep].astype(np.float64))
-    got = _compiled.segment_sum_rows(idx, W, bins)
+    got = _gnmf_numba.segment_sum_rows(idx, W, bins)
     assert got.shape == (bins, k) and got.dtype == np.float64
     np.testing.assert_allclose(got, expected, rtol=1e-12)
 
@@ -647,7 +654,7 @@ def test_mu_update_equals_numpy_bitwise(dtype):
     eps = dtype(np.finfo(np.float32).eps)
     expected = W * (num / np.where(den == 0, eps, den))
     got, num_before, den_before = W.copy(), num.copy(), den.copy()
-    assert _compiled.mu_update(num, den, got, eps)
+    assert _gnmf_numba.mu_update(num, den, got, eps)
     assert got.dtype == dtype
     np.testing.assert_array_equal(got, expected)
     np.testing.assert_array_equal(num, num_before)
@@ -659,7 +666,7 @@ def test_mu_update_equals_numpy_bitwise(dtype):
         (num.astype(np.float16), den, W),
     ):
         before = args[2].copy()
-        assert not _compiled.mu_update(*args, eps)
+        assert not _gnmf_numba.mu_update(*args, eps)
         np.testing.assert_array_equal(args[2], before)
 
 
@@ -668,18 +675,18 @@ def test_gnmf_update_compile_failure_falls_back_to_numpy(monkeypatch, caplog):
     # rest run NumPy's operations, and the fit is the NumPy path's.
     from ilargi_sklearn.decomposition import FactorizedGNMF
 
-    monkeypatch.delenv(_compiled.NO_NUMBA_ENV, raising=False)
+    monkeypatch.delenv(_launcher.NO_NUMBA_ENV, raising=False)
     ds = random_dataset(2, scenario="left", n_rows=400, nonneg=True)
     kw = dict(n_components=3, init="nndsvda", max_iter=15, tol=0.0)
     with monkeypatch.context() as m:
-        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        m.setenv(_launcher.NO_NUMBA_ENV, "1")
         ref = FactorizedGNMF(**kw).fit(ds)
 
     _plant_compile_failure(monkeypatch, "mu_update")
-    with caplog.at_level("WARNING", logger=_compiled.__name__):
+    with caplog.at_level("WARNING", logger=_launcher.__name__):
         est = FactorizedGNMF(**kw).fit(ds)
     assert "could not compile the 'mu_update' kernel" in caplog.text
-    assert not _compiled.numba_available()
+    assert not _launcher.numba_available()
     np.testing.assert_allclose(est.components_, ref.components_, rtol=1e-10)
 
 
@@ -692,7 +699,7 @@ def test_gnmf_compiled_pass_equals_numpy(monkeypatch, dtype):
     ds = random_dataset(1, scenario="left", n_rows=500, nonneg=True, dtype=dtype)
     kw = dict(n_components=3, init="nndsvda", max_iter=30, tol=0.0)
     calls = []
-    original = _compiled.mu_update
+    original = _gnmf_numba.mu_update
 
     def spy(*args):
         calls.append(1)
@@ -705,7 +712,7 @@ def test_gnmf_compiled_pass_equals_numpy(monkeypatch, dtype):
     assert calls
     W_fast = fast.transform(ds)
     with monkeypatch.context() as m:
-        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        m.setenv(_launcher.NO_NUMBA_ENV, "1")
         n_calls = len(calls)
         plain = FactorizedGNMF(**kw).fit(ds)
         W_plain = plain.transform(ds)
@@ -764,17 +771,17 @@ def test_mu_rows_equals_numpy(k, const, d0, gathered):
         got = W.copy()
         WW = np.full((k, 16), 2.0)  # the gram is added to what it holds
         args = (X0, HbT, idxs[:n_in], G, offsets[:n_in], pads[:n_in], c, P, HHt)
-        assert _compiled.mu_rows(*args, got, eps, WW, start, stop)
+        assert _gnmf_numba.mu_rows(*args, got, eps, WW, start, stop)
         np.testing.assert_allclose(got[start:stop], expected[start:stop], rtol=1e-13)
         np.testing.assert_array_equal(got[:start], W[:start])
         np.testing.assert_array_equal(got[stop:], W[stop:])
         new = expected[start:stop]
         np.testing.assert_allclose(
-            _compiled.mu_rows_gram(WW, k) - 2.0, new.T @ new, rtol=1e-12, atol=1e-12
+            _gnmf_numba.mu_rows_gram(WW, k) - 2.0, new.T @ new, rtol=1e-12, atol=1e-12
         )
         # Without the gram (as transform asks): the same update.
         alone = W.copy()
-        assert _compiled.mu_rows(*args, alone, eps, None, start, stop)
+        assert _gnmf_numba.mu_rows(*args, alone, eps, None, start, stop)
         np.testing.assert_array_equal(alone, got)
 
 
@@ -810,7 +817,7 @@ def test_mu_rows_declines_what_it_does_not_take():
                 a[i] = v
         WW = changes.get("WW", np.zeros((a[9].shape[1], 16)))
         before = a[9].copy()
-        assert not _compiled.mu_rows(*a, 1e-10, WW, 0, a[9].shape[0]), what
+        assert not _gnmf_numba.mu_rows(*a, 1e-10, WW, 0, a[9].shape[0]), what
         np.testing.assert_array_equal(a[9], before)
 
 
@@ -818,7 +825,7 @@ def test_mu_rows_declines_what_it_does_not_take():
 def spy_mu_rows(monkeypatch):
     """The results of the GNMF fits' mu_rows calls (True: the loop ran)."""
     calls = []
-    original = _compiled.mu_rows
+    original = _gnmf_numba.mu_rows
 
     def spy(*args):
         calls.append(original(*args))
@@ -850,7 +857,7 @@ def test_gnmf_row_update_equals_numpy(monkeypatch, spy_mu_rows, scenario, gather
     applies = base is None or not sp.issparse(base)
     assert bool(spy_mu_rows) == applies and all(spy_mu_rows)
     with monkeypatch.context() as m:
-        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        m.setenv(_launcher.NO_NUMBA_ENV, "1")
         n_calls = len(spy_mu_rows)
         plain = FactorizedGNMF(**kw)
         W_plain = plain.fit_transform(ds, W=W0.copy(), H=H0.copy())
@@ -869,13 +876,13 @@ def test_gnmf_row_update_compile_failure_falls_back(monkeypatch, caplog):
     W0, H0 = rng.random((ds.shape[0], 9)), rng.random((9, ds.shape[1]))
     kw = dict(n_components=9, init="custom", max_iter=15, tol=0.0)
     with monkeypatch.context() as m:
-        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        m.setenv(_launcher.NO_NUMBA_ENV, "1")
         ref = FactorizedGNMF(**kw).fit(ds, W=W0.copy(), H=H0.copy())
     _plant_compile_failure(monkeypatch, "mu_rows")
-    with caplog.at_level("WARNING", logger=_compiled.__name__):
+    with caplog.at_level("WARNING", logger=_launcher.__name__):
         est = FactorizedGNMF(**kw).fit(ds, W=W0.copy(), H=H0.copy())
     assert "could not compile the 'mu_rows' kernel" in caplog.text
-    assert not _compiled.numba_available()
+    assert not _launcher.numba_available()
     np.testing.assert_allclose(est.components_, ref.components_, rtol=1e-10)
 
 
@@ -889,7 +896,7 @@ def test_cross_tables_match_numpy():
     S0 = rng.standard_normal((n, 2))
     w = rng.random(n)
     for weights in (None, w):
-        got = _compiled.fused_cross_tables(idx, m, [(S0, None), (Zb, gb)], weights)
+        got = _gram_numba.fused_cross_tables(idx, m, [(S0, None), (Zb, gb)], weights)
         s = np.ones(n) if weights is None else weights
         rows_b = np.where(gb[:, None] >= 0, Zb[gb], 0.0)
         want = np.zeros((m, 5))
@@ -908,10 +915,10 @@ def test_gram_with_compiled_cross_blocks_equals_numpy(scenario, monkeypatch):
         assert compiled, "the dense scenarios have pairs for the compiled pass"
     for weights in (None, w):
         got = op.gram(weights, format="dense")
-        monkeypatch.setenv(_compiled.NO_NUMBA_ENV, "1")
+        monkeypatch.setenv(_launcher.NO_NUMBA_ENV, "1")
         assert op._compiled_cross_blocks(weights) == {}
         want = op.gram(weights, format="dense")
-        monkeypatch.delenv(_compiled.NO_NUMBA_ENV)
+        monkeypatch.delenv(_launcher.NO_NUMBA_ENV)
         assert got.dtype == want.dtype
         scale = max(1.0, float(np.abs(want).max()))
         np.testing.assert_allclose(got, want, atol=_tol(op.dtype) * scale)

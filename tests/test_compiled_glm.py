@@ -6,10 +6,10 @@ import scipy.sparse as sp
 from scipy.special import expit
 from sklearn.linear_model import LogisticRegression
 
-from ilargi_sklearn._backend import _compiled, _compiled_glm
+from ilargi_sklearn._backend import _launcher
 from ilargi_sklearn.dataset import AffineOperator, MatrixOperator
 from ilargi_sklearn.dataset._operators import fused_layout
-from ilargi_sklearn.linear_model import FactorizedLogisticRegression, _loss
+from ilargi_sklearn.linear_model import FactorizedLogisticRegression, _glm_numba, _loss
 from ilargi_sklearn.linear_model._loss import _fused_binomial_plan, _loss_and_grad
 from ilargi_sklearn.preprocessing import FactorizedStandardScaler
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
@@ -19,7 +19,7 @@ numba = pytest.importorskip("numba")
 
 @pytest.fixture(autouse=True)
 def compiled_enabled(monkeypatch):
-    monkeypatch.delenv(_compiled.NO_NUMBA_ENV, raising=False)
+    monkeypatch.delenv(_launcher.NO_NUMBA_ENV, raising=False)
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def _operators(ds):
 
 def _numpy_objective(monkeypatch, *args):
     with monkeypatch.context() as m:
-        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        m.setenv(_launcher.NO_NUMBA_ENV, "1")
         return _loss_and_grad(*args)
 
 
@@ -103,12 +103,12 @@ def test_loss_is_accurate_for_extreme_predictors():
     z = np.array([-745.0, -700.0, -40.0, -1e-9, 0.0, 1e-9, 40.0, 700.0])
     y = np.zeros_like(z)
     none = np.zeros(0, dtype=np.int64)
-    lsum, gsum, g, _ = _compiled_glm.fused_binomial(
+    lsum, gsum, g, _ = _glm_numba.fused_binomial(
         z, [], np.zeros(0), none, none, y, None, 0.0
     )
     expected = np.logaddexp(0.0, z)
     np.testing.assert_allclose(lsum, expected.sum(), rtol=1e-15)
-    lone, _, _, _ = _compiled_glm.fused_binomial(
+    lone, _, _, _ = _glm_numba.fused_binomial(
         z[:1], [], np.zeros(0), none, none, y[:1], None, 0.0
     )
     np.testing.assert_allclose(lone, np.exp(-745.0), rtol=1e-12)
@@ -121,7 +121,7 @@ def test_unmatched_rows_and_bins():
     P = np.array([0.5, -1.0, 2.0, 0.0])  # the last entry: unmatched rows
     y = np.array([1.0, 0.0, 1.0, 0.0, 1.0])
     sw = np.array([1.0, 2.0, 0.5, 1.0, 3.0])
-    _, gsum, g, bins = _compiled_glm.fused_binomial(
+    _, gsum, g, bins = _glm_numba.fused_binomial(
         None, [idx], P, np.zeros(1, dtype=np.int64), np.array([3]), y, sw, 0.25
     )
     z = 0.25 + np.where(idx >= 0, P[np.maximum(idx, 0)], 0.0)
@@ -153,7 +153,7 @@ def test_fit_equals_numpy_and_sklearn(scenario, monkeypatch, spy_plan):
     est = FactorizedLogisticRegression(**kw).fit(ds, y)
     assert spy_plan
     with monkeypatch.context() as m:
-        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        m.setenv(_launcher.NO_NUMBA_ENV, "1")
         ref = FactorizedLogisticRegression(**kw).fit(ds, y)
     sk = LogisticRegression(**kw).fit(A.astype(np.float64), y)
     # float32 data: the two paths round the products differently (the compiled
@@ -192,7 +192,7 @@ def test_narrow_base_column_major_copy_lives_for_the_fit(scenario, monkeypatch):
     np.testing.assert_array_equal(seen[0], X0)
     assert op not in _loss._binomial_plans
     with monkeypatch.context() as m:
-        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        m.setenv(_launcher.NO_NUMBA_ENV, "1")
         ref = FactorizedLogisticRegression(**kw).fit(ds, y)
     rtol = 1e-6 if ds.dtype == np.float64 else 2e-3
     atol = rtol * np.abs(ref.coef_).max()
@@ -203,16 +203,16 @@ def test_compile_failure_falls_back_to_numpy(monkeypatch, caplog):
     ds = random_dataset(3, scenario="star", n_rows=300)
     y = np.arange(300) % 2
     with monkeypatch.context() as m:
-        m.setenv(_compiled.NO_NUMBA_ENV, "1")
+        m.setenv(_launcher.NO_NUMBA_ENV, "1")
         ref = FactorizedLogisticRegression().fit(ds, y)
 
     def broken(*args):
         raise numba.core.errors.TypingError("planted compile failure")
 
-    monkeypatch.setitem(_compiled._state, "numba", _compiled._import_numba())
-    monkeypatch.setattr(_compiled, "_kernel", lambda name: broken)
-    with caplog.at_level("WARNING", logger=_compiled.__name__):
+    monkeypatch.setitem(_launcher._state, "numba", _launcher._import_numba())
+    monkeypatch.setattr(_launcher, "_kernel", lambda name: broken)
+    with caplog.at_level("WARNING", logger=_launcher.__name__):
         est = FactorizedLogisticRegression().fit(ds, y)
     assert "could not compile" in caplog.text
-    assert not _compiled.numba_available()
+    assert not _launcher.numba_available()
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-10)

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from ilargi_sklearn._backend import _compiled
+from ilargi_sklearn._backend import _launcher
 from ilargi_sklearn.cluster import FactorizedKMeans
+from ilargi_sklearn.dataset import _gram_numba
 from ilargi_sklearn.datasets import make_multi_source
 from ilargi_sklearn.linear_model import FactorizedLogisticRegression
 from ilargi_sklearn.linear_model._loss import _loss_and_grad
@@ -23,47 +24,47 @@ numba = pytest.importorskip("numba")
 
 @pytest.fixture(autouse=True)
 def compiled_enabled(monkeypatch):
-    monkeypatch.delenv(_compiled.NO_NUMBA_ENV, raising=False)
+    monkeypatch.delenv(_launcher.NO_NUMBA_ENV, raising=False)
 
 
 # ---------------------------------------------------------------- thread count
 def test_threads_follow_threadpoolctl_limits():
-    free = _compiled.n_threads()
+    free = _launcher.n_threads()
     assert 1 <= free <= max(1, len(os.sched_getaffinity(0)))
     with threadpool_limits(limits=1):
-        assert _compiled.n_threads() == 1
+        assert _launcher.n_threads() == 1
     with threadpool_limits(limits=1, user_api="openmp"):
-        assert _compiled.n_threads() == 1
+        assert _launcher.n_threads() == 1
     # A BLAS limit is not an OpenMP one (as for scikit-learn's own kernels).
     with threadpool_limits(limits=1, user_api="blas"):
-        assert _compiled.n_threads() == free
-    assert _compiled.n_threads() == free
+        assert _launcher.n_threads() == free
+    assert _launcher.n_threads() == free
 
 
 @pytest.fixture
 def eight_cpus(monkeypatch):
     """scikit-learn and numba see 8 CPUs (numba's threading layer not started)."""
-    monkeypatch.setattr(_compiled, "_openmp_threads", lambda: 8)
+    monkeypatch.setattr(_launcher, "_openmp_threads", lambda: 8)
     monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 8)
     monkeypatch.setattr(numba.np.ufunc.parallel, "_is_initialized", False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
 
 
 def test_threads_follow_the_affinity_mask(monkeypatch, eight_cpus):
-    assert _compiled.n_threads() == 8
+    assert _launcher.n_threads() == 8
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
-    assert _compiled.n_threads() == 1
+    assert _launcher.n_threads() == 1
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5})
-    assert _compiled.n_threads() == 3
+    assert _launcher.n_threads() == 3
 
 
 def test_threads_follow_numba_num_threads(monkeypatch, eight_cpus):
     # What joblib's loky workers set (with OMP_NUM_THREADS): one thread each when
     # GridSearchCV(n_jobs=2) shares two cores.
     monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 1)
-    assert _compiled.n_threads() == 1
+    assert _launcher.n_threads() == 1
     monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 4)
-    assert _compiled.n_threads() == 4
+    assert _launcher.n_threads() == 4
 
 
 def test_threads_follow_numba_set_num_threads():
@@ -71,16 +72,16 @@ def test_threads_follow_numba_set_num_threads():
     before = numba.get_num_threads()
     numba.set_num_threads(1)
     try:
-        assert _compiled.n_threads() == 1
+        assert _launcher.n_threads() == 1
     finally:
         numba.set_num_threads(before)
 
 
 def _worker_threads(_):
-    from ilargi_sklearn._backend import _compiled
+    from ilargi_sklearn._backend import _launcher
 
     return (
-        _compiled.n_threads(),
+        _launcher.n_threads(),
         os.environ.get("OMP_NUM_THREADS"),
         os.environ.get("NUMBA_NUM_THREADS"),
     )
@@ -105,7 +106,7 @@ def test_loky_workers_get_their_share():
 @pytest.mark.parametrize("n", [0, 1, 4095, 4096, 40_000, 10**6])
 def test_never_more_chunks_or_threads_than_work(n, threads):
     for per_thread in (1, 4):
-        c = _compiled._chunks(n, 4096, threads, per_thread)
+        c = _launcher.chunks(n, 4096, threads, per_thread)
         used = c // per_thread
         if c == 1:
             # Serial: no thread would get per_thread chunks of 4096 rows.
@@ -124,7 +125,7 @@ def _run_recording(n_tasks, threads):
         time.sleep(0.002)
         seen.append((t, threading.get_ident()))
 
-    _compiled.run_tasks(task, n_tasks, threads)
+    _launcher.run_tasks(task, n_tasks, threads)
     return seen
 
 
@@ -152,7 +153,7 @@ def test_pool_does_not_wait_for_a_busy_helper():
         started.release()
         release.wait(10)
 
-    other = threading.Thread(target=_compiled.run_tasks, args=(slow, n, n))
+    other = threading.Thread(target=_launcher.run_tasks, args=(slow, n, n))
     other.start()
     try:
         for _ in range(n):  # the other caller and all n - 1 helpers
@@ -179,7 +180,7 @@ def test_pool_raises_a_chunk_error_after_the_running_chunks():
         done.append(t)
 
     with pytest.raises(ValueError, match="chunk 1 failed"):
-        _compiled.run_tasks(task, 16, 2)
+        _launcher.run_tasks(task, 16, 2)
     assert len(done) < 15  # no chunk is handed out after the failure
     # The pool still works.
     assert sorted(t for t, _ in _run_recording(4, 2)) == [0, 1, 2, 3]
@@ -198,9 +199,9 @@ def test_concurrent_launches_from_several_threads():
     def work():
         try:
             for _ in range(5):
-                got = _compiled.fused_cross_tables(idx, 50, [(W, None)])
+                got = _gram_numba.fused_cross_tables(idx, 50, [(W, None)])
                 np.testing.assert_allclose(got, expect[:50], rtol=1e-12)
-                _compiled.run_tasks(lambda t: X[t::4] @ W[:8], 4, 2)
+                _launcher.run_tasks(lambda t: X[t::4] @ W[:8], 4, 2)
         except Exception as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
@@ -218,12 +219,12 @@ def test_run_tasks_limits_blas_meanwhile_and_restores_it():
 
     before = blas_threads()
     inside = []
-    _compiled.run_tasks(lambda t: inside.append(blas_threads()), 2, 2)
+    _launcher.run_tasks(lambda t: inside.append(blas_threads()), 2, 2)
     blas = {d["filepath"] for d in threadpool_info() if d["user_api"] == "blas"}
     assert inside and all(all(v[p] == 1 for p in blas) for v in inside)
     assert blas_threads() == before
-    with _compiled.one_blas_thread():
-        with _compiled.one_blas_thread():
+    with _launcher.one_blas_thread():
+        with _launcher.one_blas_thread():
             pass
         assert all(blas_threads()[p] == 1 for p in blas)  # the outer one holds
     assert blas_threads() == before
@@ -234,20 +235,20 @@ def test_run_tasks_limits_blas_meanwhile_and_restores_it():
 def launches(monkeypatch):
     """Small chunks (so that small data take several threads), and a record of
     ``(n_chunks, threads)`` of every launch that used more than one thread."""
-    monkeypatch.setattr(_compiled, "MIN_CHUNK_ROWS", dict.fromkeys(_MIN_ROWS, 2000))
+    monkeypatch.setattr(_launcher, "MIN_CHUNK_ROWS", dict.fromkeys(_MIN_ROWS, 2000))
     seen = []
-    original = _compiled._pool.run
+    original = _launcher._pool.run
 
     def run(task, n_chunks, threads):
         if min(n_chunks, threads) > 1:
             seen.append((n_chunks, threads))
         return original(task, n_chunks, threads)
 
-    monkeypatch.setattr(_compiled._pool, "run", run)
+    monkeypatch.setattr(_launcher._pool, "run", run)
     return seen
 
 
-_MIN_ROWS = dict(_compiled.MIN_CHUNK_ROWS)
+_MIN_ROWS = dict(_launcher.MIN_CHUNK_ROWS)
 
 
 @pytest.mark.parametrize("scenario", ["left", "sparse"])
@@ -256,7 +257,7 @@ def test_kmeans_equal_on_one_two_and_three_threads(scenario, monkeypatch, launch
     init = np.asarray(ds.materialize("dense"))[:: 30_000 // 6][:6]
     fits = {}
     for t in (1, 2, 3):
-        monkeypatch.setattr(_compiled, "n_threads", lambda t=t: t)
+        monkeypatch.setattr(_launcher, "n_threads", lambda t=t: t)
         fits[t] = FactorizedKMeans(6, init=init, max_iter=5, tol=0).fit(ds)
         assert (t == 1) == (not launches)  # threads were used from t = 2
     for t in (2, 3):
@@ -271,7 +272,7 @@ def test_gram_equal_on_one_and_two_threads(monkeypatch, launches):
     ds = random_dataset(4, n_rows=30_000, scenario="many_to_many")
     grams = {}
     for t in (1, 2):
-        monkeypatch.setattr(_compiled, "n_threads", lambda t=t: t)
+        monkeypatch.setattr(_launcher, "n_threads", lambda t=t: t)
         grams[t] = ds.operator.gram()
     assert launches and all(threads == 2 for _, threads in launches)
     np.testing.assert_allclose(grams[2], grams[1], rtol=1e-12, atol=1e-9)
@@ -279,24 +280,24 @@ def test_gram_equal_on_one_and_two_threads(monkeypatch, launches):
 
 def test_logistic_equal_on_one_and_two_threads(monkeypatch):
     # Four blocks of 32,768 rows, a task of one block allowed.
-    limits = {**_compiled.MIN_CHUNK_ROWS, "logistic": 32768}
-    monkeypatch.setattr(_compiled, "MIN_CHUNK_ROWS", limits)
+    limits = {**_launcher.MIN_CHUNK_ROWS, "logistic": 32768}
+    monkeypatch.setattr(_launcher, "MIN_CHUNK_ROWS", limits)
     ds = make_multi_source(100_000, tuple_ratio=20, random_state=0).dataset
     rng = np.random.default_rng(0)
     y = (rng.random(ds.shape[0]) < 0.5).astype(float)
     w = rng.standard_normal(ds.shape[1] + 1)
     args = (w, ds.operator, y, None, float(ds.shape[0]), 1.0, True, 1, "binomial")
     tasks = []
-    original = _compiled.run_tasks
+    original = _launcher.run_tasks
 
     def spy(task, n_tasks, threads):
         tasks.append((n_tasks, threads))
         return original(task, n_tasks, threads)
 
-    monkeypatch.setattr(_compiled, "run_tasks", spy)
+    monkeypatch.setattr(_launcher, "run_tasks", spy)
     out = {}
     for t in (1, 2):
-        monkeypatch.setattr(_compiled, "n_threads", lambda t=t: t)
+        monkeypatch.setattr(_launcher, "n_threads", lambda t=t: t)
         out[t] = _loss_and_grad(*args)
     # One task on one thread, two per thread on two.
     assert tasks == [(1, 1), (4, 2)]
@@ -304,7 +305,7 @@ def test_logistic_equal_on_one_and_two_threads(monkeypatch):
     np.testing.assert_allclose(out[2][1], out[1][1], rtol=1e-10, atol=1e-13)
     fits = {}
     for t in (1, 2):
-        monkeypatch.setattr(_compiled, "n_threads", lambda t=t: t)
+        monkeypatch.setattr(_launcher, "n_threads", lambda t=t: t)
         fits[t] = FactorizedLogisticRegression(max_iter=30).fit(ds, y)
     np.testing.assert_allclose(fits[2].coef_, fits[1].coef_, rtol=1e-6, atol=1e-9)
 
@@ -312,14 +313,14 @@ def test_logistic_equal_on_one_and_two_threads(monkeypatch):
 # ------------------------------------------------------------- compile notice
 def test_compile_notice_once_before_the_first_compile(monkeypatch, caplog):
     # As if nothing were compiled or cached yet (no actual compilation here).
-    monkeypatch.setitem(_compiled._state, "compile_notice", False)
-    monkeypatch.setitem(_compiled._state, "kernels", {})
-    monkeypatch.setattr(_compiled, "_cached", lambda fn: False)
-    assert "assign" in _compiled.kernels_to_compile()
-    assert "binomial_derivative" in _compiled.kernels_to_compile()
-    with caplog.at_level(logging.INFO, logger=_compiled.__name__):
-        _compiled._kernel("segment_rows")
-        _compiled._kernel("cross")
+    monkeypatch.setitem(_launcher._state, "compile_notice", False)
+    monkeypatch.setitem(_launcher._state, "kernels", {})
+    monkeypatch.setattr(_launcher, "_cached", lambda fn: False)
+    assert "assign" in _launcher.kernels_to_compile()
+    assert "binomial_derivative" in _launcher.kernels_to_compile()
+    with caplog.at_level(logging.INFO, logger=_launcher.__name__):
+        _launcher._kernel("segment_rows")
+        _launcher._kernel("cross")
     notices = [r for r in caplog.records if "Compiling" in r.getMessage()]
     assert len(notices) == 1 and notices[0].levelno == logging.INFO
     assert "later runs load them from numba's cache" in notices[0].getMessage()
@@ -328,29 +329,31 @@ def test_compile_notice_once_before_the_first_compile(monkeypatch, caplog):
 def test_kernels_to_compile_reads_the_cache(monkeypatch, caplog):
     ds = random_dataset(1, n_rows=300, scenario="star")
     FactorizedKMeans(3, random_state=0).fit(ds)  # compiles or loads the kernels
-    pending = _compiled.kernels_to_compile()
+    pending = _launcher.kernels_to_compile()
     assert "assign" not in pending and "accumulate" not in pending
     # A fresh process sees the cache numba wrote: no notice for these kernels.
-    monkeypatch.setitem(_compiled._state, "compile_notice", False)
-    monkeypatch.setitem(_compiled._state, "kernels", {})
-    assert _compiled._cached(_compiled._dispatcher("assign"))
-    with caplog.at_level(logging.INFO, logger=_compiled.__name__):
-        _compiled._kernel("assign")
+    monkeypatch.setitem(_launcher._state, "compile_notice", False)
+    monkeypatch.setitem(_launcher._state, "kernels", {})
+    assert _launcher._cached(_launcher._dispatcher("assign"))
+    with caplog.at_level(logging.INFO, logger=_launcher.__name__):
+        _launcher._kernel("assign")
     assert "Compiling" not in caplog.text
-    monkeypatch.setenv(_compiled.NO_NUMBA_ENV, "1")
-    assert _compiled.kernels_to_compile() == []
+    monkeypatch.setenv(_launcher.NO_NUMBA_ENV, "1")
+    assert _launcher.kernels_to_compile() == []
 
 
 _FRESH_PROCESS = """
 import logging, sys
 import numpy as np
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-from ilargi_sklearn._backend import _compiled
-print("pending", "segment_rows" in _compiled.kernels_to_compile())
+from ilargi_sklearn._backend import _launcher
+from ilargi_sklearn.decomposition import _gnmf_numba
+from ilargi_sklearn.dataset import _gram_numba
+print("pending", "segment_rows" in _launcher.kernels_to_compile())
 idx = np.array([0, 2, -1, 2])
 W = np.arange(8.0).reshape(4, 2)
-print(_compiled.segment_sum_rows(idx, W, 3).tolist())
-_compiled.segment_sum_rows(idx, W, 3)
+print(_gnmf_numba.segment_sum_rows(idx, W, 3).tolist())
+_gnmf_numba.segment_sum_rows(idx, W, 3)
 """
 
 
@@ -359,7 +362,7 @@ def test_compile_notice_in_fresh_processes(tmp_path):
     # An empty numba cache: the first process compiles (one notice), the second
     # loads the kernel from the cache (no notice, nothing pending).
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
-    env.pop(_compiled.NO_NUMBA_ENV, None)
+    env.pop(_launcher.NO_NUMBA_ENV, None)
     runs = [
         subprocess.run(
             [sys.executable, "-c", _FRESH_PROCESS],
@@ -382,19 +385,21 @@ def test_compile_notice_in_fresh_processes(tmp_path):
 
 _FORKED = """
 import os, threading, time
-from ilargi_sklearn._backend import _compiled
+from ilargi_sklearn._backend import _launcher
+from ilargi_sklearn.decomposition import _gnmf_numba
+from ilargi_sklearn.dataset import _gram_numba
 
 def task(t):
     time.sleep(0.02)
     done.append((t, threading.get_ident()))
 
 done = []
-_compiled.run_tasks(task, 4, 2)  # the parent starts a helper thread
+_launcher.run_tasks(task, 4, 2)  # the parent starts a helper thread
 pid = os.fork()
 if pid == 0:
     # The child has no helper thread: the pool starts its own.
     done = []
-    _compiled.run_tasks(task, 8, 2)
+    _launcher.run_tasks(task, 8, 2)
     ok = sorted(t for t, _ in done) == list(range(8))
     os._exit(0 if ok and len({i for _, i in done}) == 2 else 3)
 _, status = os.waitpid(pid, 0)

@@ -9,7 +9,7 @@ the same initial centers the fit reproduces ``sklearn.cluster.KMeans``.
 
 On a NumPy factorized matrix (dense or CSR sources), and with numba installed, the
 iteration runs as two compiled passes over the target rows instead
-(:class:`_FusedLloyd`, kernels in ``_backend._compiled``): the E-step multiplies the
+(:class:`_FusedLloyd`, kernels in ``cluster._lloyd_numba``): the E-step multiplies the
 identity source in the loop (a CSR one entry by entry) and adds one precomputed
 ``(source rows + 1) x k`` table row per row group (a SciPy product for a CSR
 table), with the arg-min in registers; the M-step accumulates the base columns per
@@ -41,15 +41,12 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.extmath import row_norms
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
-from ilargi_sklearn._backend._compiled import (
+from ilargi_sklearn._backend._cuml import fit_cuml, use_cuml
+from ilargi_sklearn._backend._launcher import (
     CompiledUnavailable,
-    fused_accumulate,
-    fused_assign,
-    fused_partial_at,
     numba_available,
     one_blas_thread,
 )
-from ilargi_sklearn._backend._cuml import fit_cuml, use_cuml
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
     device_of,
@@ -60,6 +57,11 @@ from ilargi_sklearn._backend._namespace import (
     to_numpy,
 )
 from ilargi_sklearn._backend._ops import xp_column_sums
+from ilargi_sklearn.cluster._lloyd_numba import (
+    fused_accumulate,
+    fused_assign,
+    fused_partial_at,
+)
 from ilargi_sklearn.dataset import AffineOperator, FactorizedMatrix, MatrixOperator
 from ilargi_sklearn.dataset._operators import fused_layout
 from ilargi_sklearn.utils._validation import (

@@ -32,11 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ilargi_sklearn._backend import RowMap, safe_sparse_dot
-from ilargi_sklearn._backend._compiled import (
-    CompiledUnavailable,
-    fused_cross_tables,
-    numba_available,
-)
+from ilargi_sklearn._backend._launcher import CompiledUnavailable, numba_available
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
     device_of,
@@ -48,6 +44,7 @@ from ilargi_sklearn._backend._namespace import (
 )
 from ilargi_sklearn._backend._ops import is_sparse as _any_sparse
 from ilargi_sklearn._backend._ops import xp_column_sums
+from ilargi_sklearn.dataset._gram_numba import fused_cross_tables
 
 __all__ = [
     "AffineOperator",

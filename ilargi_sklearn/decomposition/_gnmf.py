@@ -34,15 +34,10 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.extmath import squared_norm, svd_flip
 from sklearn.utils.validation import check_is_fitted, check_non_negative
 
-from ilargi_sklearn._backend._compiled import (
-    MU_ROWS_COLUMNS,
+from ilargi_sklearn._backend._launcher import (
     CompiledUnavailable,
-    mu_rows,
-    mu_rows_gram,
-    mu_update,
     numba_available,
     one_blas_thread,
-    segment_sum_rows,
 )
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
@@ -54,6 +49,13 @@ from ilargi_sklearn._backend._namespace import (
     to_numpy,
 )
 from ilargi_sklearn.dataset._operators import fused_layout
+from ilargi_sklearn.decomposition._gnmf_numba import (
+    MU_ROWS_COLUMNS,
+    mu_rows,
+    mu_rows_gram,
+    mu_update,
+    segment_sum_rows,
+)
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     DeviceMixin,
@@ -308,7 +310,7 @@ class _BlockedNumerator:
 
     def update_rows(self, W, HHt, start, stop, eps, buffers, gram=True):
         """The W update of rows ``[start, stop)`` by the compiled loop
-        (:func:`~ilargi_sklearn._backend._compiled.mu_rows`), the numerator
+        (:func:`~ilargi_sklearn.decomposition._gnmf_numba.mu_rows`), the numerator
         assembled in it, and with ``gram`` the rows' ``W^T W`` added to
         ``rows_WW``. Returns False, with ``W`` untouched, where that loop does
         not apply (a CSR base, not float64, fewer than 8 or more than 16

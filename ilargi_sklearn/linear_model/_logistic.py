@@ -18,8 +18,8 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, _check_y, check_is_fitted
 
-from ilargi_sklearn._backend._compiled import one_blas_thread
 from ilargi_sklearn._backend._cuml import fit_cuml, use_cuml
+from ilargi_sklearn._backend._launcher import one_blas_thread
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
     device_of,

@@ -32,8 +32,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import expit, logsumexp
 
-from ilargi_sklearn._backend import _compiled
-from ilargi_sklearn._backend._compiled import CompiledUnavailable, numba_available
+from ilargi_sklearn._backend import _launcher
+from ilargi_sklearn._backend._launcher import CompiledUnavailable, numba_available
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
     is_numpy_namespace,
@@ -47,6 +47,7 @@ from ilargi_sklearn.dataset._operators import (
     MatrixOperator,
     fused_layout,
 )
+from ilargi_sklearn.linear_model._glm_numba import fused_binomial
 
 __all__ = [
     "LOSSES",
@@ -272,7 +273,7 @@ class _FusedBinomial:
     of ``T'``, the predictor is ``T' c + b = T e + (b - o . e)`` with ``e = s * c``,
     and ``T = X0 M0^T + sum_g I_g S_g M_g^T`` is read as the identity source's rows
     plus, per row group, one entry of the table ``S_g e_g`` (see
-    :func:`~ilargi_sklearn._backend._compiled_glm.fused_binomial`). The gradient
+    :func:`~ilargi_sklearn.linear_model._glm_numba.fused_binomial`). The gradient
     ``T'^T g = s * (T^T g - o sum(g))`` is assembled from the pass's sums:
     ``X0^T g`` and, per row group, ``S_g^T`` times the sums per source row.
     Unmatched rows (index -1) have zeros in ``T``: they add nothing.
@@ -320,8 +321,6 @@ class _FusedBinomial:
         self, w, y, sample_weight, sw_sum, l2_reg_strength, fit_intercept
     ):
         """:func:`_loss_and_grad` for ``loss="binomial"`` (one output)."""
-        from ilargi_sklearn._backend._compiled_glm import fused_binomial
-
         m = self.n_cols
         coef, intercept = _split_coef(w, m, 1, fit_intercept)
         c = coef[0]
@@ -352,10 +351,10 @@ class _FusedBinomial:
         # order below): at least 3 blocks and as many rows as its sums have
         # entries, two tasks per thread (two threads: 1.26x at 4e5 rows, 1.33x at
         # 1e6; with tasks of single blocks 0.94x at 1e5, benchmarks/README.md).
-        threads = _compiled.n_threads()
-        min_rows = max(_compiled.MIN_CHUNK_ROWS["logistic"], self.total)
+        threads = _launcher.n_threads()
+        min_rows = max(_launcher.MIN_CHUNK_ROWS["logistic"], self.total)
         min_blocks = -(-min_rows // block)
-        n_tasks = _compiled._chunks(starts.size, min_blocks, threads, per_thread=2)
+        n_tasks = _launcher.chunks(starts.size, min_blocks, threads, per_thread=2)
         groups = np.array_split(starts, n_tasks)
         parts = [None] * n_tasks
 
@@ -384,7 +383,7 @@ class _FusedBinomial:
                     g0 += Xb.T @ g.astype(X0.dtype, copy=False)
             parts[t] = lsum, gsum, bins, g0
 
-        _compiled.run_tasks(task, n_tasks, threads)
+        _launcher.run_tasks(task, n_tasks, threads)
         lsum, gsum, bins, g0 = parts[0]
         for ls, gs, bins_t, g0_t in parts[1:]:
             lsum += ls

@@ -1,47 +1,33 @@
 """Compiled (numba) loss-and-gradient pass of the binary logistic regression.
 
-One evaluation of the logistic objective on a factorized matrix was, in NumPy,
-a chain of passes through n-length arrays: the product ``T w`` (one ``take`` and
-one add per row group), the log-loss and its derivative (``logaddexp`` and
-``expit`` with their temporaries: about 5 ms for 2e5 rows) and the gradient
-``T^T g`` (one ``bincount`` per row group). Here two compiled launches share one
-n-length buffer: the first writes the predictor (a part computed before, plus one
-table entry per row group); NumPy's vectorized ``exp`` and ``log1p`` then give
-``exp(-|z|)`` and ``log1p(exp(-|z|))``, from which the second launch forms the
-loss and its derivative without branches on the sign of ``z``, sums them, and per
-row group sums the derivatives per source row (which the caller multiplies by
-the small sources). numba's scalar ``exp``/``log1p`` calls cost 2.5 ms per 2e5
-rows, NumPy's SIMD loops 0.6 ms with the passes between them. Dense and sparse
-identity sources are multiplied by BLAS/SciPy before and after: inside the loop
-the two products measured 2.5x slower (a runtime-length dot product per row, and
-a sum per column through memory).
+One evaluation of the logistic objective on a factorized matrix is, in NumPy, a
+chain of passes through n-length arrays: the product ``T w`` (one ``take`` and one
+add per row group), the log-loss and its derivative (``logaddexp`` and ``expit``
+with their temporaries) and the gradient ``T^T g`` (one ``bincount`` per row
+group). Here two compiled launches share one n-length buffer: the first writes the
+predictor (a part computed before, plus one table entry per row group); NumPy's
+vectorized ``exp`` and ``log1p`` then give ``exp(-|z|)`` and ``log1p(exp(-|z|))``
+(faster than numba's scalar calls), from which the second launch forms the loss and
+its derivative without branches on the sign of ``z``, sums them, and per row group
+sums the derivatives per source row (which the caller multiplies by the small
+sources). Dense and sparse identity sources are multiplied by BLAS/SciPy before and
+after: inside the loop those products were slower (a runtime-length dot product
+per row, and a sum per column through memory). Figures: ``benchmarks/README.md``.
 
-Measured on 2e5 rows, two row groups, one thread: 1.3 ms per evaluation plus
-0.8 ms for the two BLAS products (0.3 ms on the column-major copy of a narrow
-identity source that the logistic objective keeps for a fit), against 9.7 ms for
-the NumPy chain. (It was
-2.4 ms with signed indices in the loops and ``log1p`` formed from ``log(1 + t)``
-in the kernel: one more pass and a division per row.)
-
-The kernels follow the conventions of :mod:`._compiled` (lazy numba import, chunks
+The kernels register with :mod:`.._backend._launcher` (lazy numba import, chunks
 over rows with per-chunk partial sums on its thread pool,
-:class:`~._compiled.CompiledUnavailable` on a compile failure) and are registered
-there. The logistic objective runs them on one thread per row block and spreads the
-blocks over the threads instead (``linear_model._loss``).
+:class:`~.._backend._launcher.CompiledUnavailable` on a compile failure). The
+logistic objective runs them on one thread per row block and spreads the blocks
+over the threads instead (:mod:`._loss`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ilargi_sklearn._backend import _compiled
-from ilargi_sklearn._backend._compiled import (
-    _chunks,
-    _index_tuple,
-    _launch,
-    _u,
-    register,
-)
+from ilargi_sklearn._backend import _launcher
+
+_u = _launcher.U
 
 __all__ = ["fused_binomial"]
 
@@ -115,8 +101,11 @@ def _derivative_chunk(
             bn[_u(o + (r if r >= 0 else pad))] += g[ui]
 
 
-register("binomial_predictor", _predictor_chunk)
-register("binomial_derivative", _derivative_chunk)
+_launcher.register("binomial_predictor", _predictor_chunk)
+_launcher.register("binomial_derivative", _derivative_chunk)
+#: The fewest rows of a chunk of :func:`fused_binomial`'s launches, and of a task of
+#: the logistic objective (three blocks of rows, ``linear_model._loss``).
+_launcher.MIN_CHUNK_ROWS.update(binomial=32768, logistic=98304)
 
 
 def fused_binomial(
@@ -163,7 +152,7 @@ def fused_binomial(
     bias : float
         Constant part of the predictor (the intercept, and the offsets' part).
     threads : int, default=None
-        The thread count (:func:`~._compiled.n_threads`, looked up when None).
+        The thread count (:func:`~.._backend._launcher.n_threads`, looked up when None).
 
     Returns
     -------
@@ -172,13 +161,13 @@ def fused_binomial(
     bins : ndarray of float64 of shape (total,)
     """
     n = y.shape[0]
-    tup, n_groups = _index_tuple(idxs, n)
-    threads = _compiled.n_threads() if threads is None else threads
-    n_chunks = _chunks(n, _compiled.MIN_CHUNK_ROWS["binomial"], threads)
+    tup, n_groups = _launcher.index_tuple(idxs, n)
+    threads = _launcher.n_threads() if threads is None else threads
+    n_chunks = _launcher.chunks(n, _launcher.MIN_CHUNK_ROWS["binomial"], threads)
     g = np.empty(n)
     head = (np.zeros(0) if z0 is None else z0, z0 is not None, tup, n_groups, P)
     head += (offsets, pads, float(bias), g)
-    _launch("binomial_predictor", head, n, n_chunks, threads)
+    _launcher.launch("binomial_predictor", head, n, n_chunks, threads)
     # exp and log1p vectorized by NumPy (the compiled scalar calls took 2.5 ms per
     # 2e5 rows, NumPy's SIMD loops 0.5 ms with the passes between them).
     t = np.abs(g)
@@ -190,7 +179,7 @@ def fused_binomial(
     bins = np.zeros((n_chunks, P.shape[0]))
     head = (tup, n_groups, offsets, pads, y, np.zeros(0) if sw is None else sw)
     head += (sw is not None, t, lg, g, lsum, gsum, bins)
-    _launch("binomial_derivative", head, n, n_chunks, threads)
+    _launcher.launch("binomial_derivative", head, n, n_chunks, threads)
     if n_chunks == 1:
         return float(lsum[0]), float(gsum[0]), g, bins[0]
     return float(lsum.sum()), float(gsum.sum()), g, bins.sum(axis=0)
