@@ -81,3 +81,23 @@ def test_caller_hands_numpy_back_unchanged_and_moves_other_namespaces():
     np.testing.assert_array_equal(np.asarray(on_strict), out)
     back = Caller(np.ones((2, 2))).give(xp.asarray(out))
     assert isinstance(back, np.ndarray)
+
+
+def test_the_dataset_hands_out_the_operator_for_a_strategy():
+    from ilargi_sklearn.planner import clear_materialization_cache
+    from ilargi_sklearn.planner._auto import is_materialization_cached
+    from ilargi_sklearn.utils._testing import random_dataset
+
+    ds = random_dataset(3, scenario="star")
+    clear_materialization_cache()
+    assert ds.operator_for("factorized") is ds.operator
+    fold = ds[np.arange(0, len(ds) - 2)]
+    assert not is_materialization_cached(fold)
+    joined = fold.operator_for("materialized")
+    assert is_materialization_cached(fold) and is_materialization_cached(ds)
+    np.testing.assert_allclose(
+        joined.materialize(), fold.operator.materialize(), rtol=0, atol=1e-12
+    )
+    with pytest.raises(ValueError, match="strategy must be"):
+        ds.operator_for("joined")
+    clear_materialization_cache()

@@ -16,6 +16,7 @@ from ilargi_sklearn._backend._namespace import (
     asarray_on,
     device_of,
     get_namespace,
+    is_cupy_namespace,
     is_numpy_namespace,
     to_numpy,
 )
@@ -415,6 +416,41 @@ class MultiSourceDataset:
     def operator(self) -> Operator:
         """The operator behind the dataset (what the kernels compute with)."""
         return self._op
+
+    def operator_for(self, strategy: str = "factorized") -> Operator:
+        """The operator a fit with ``strategy`` computes with.
+
+        ``"factorized"``: :attr:`operator`. ``"materialized"``: the operator over
+        the joined matrix, under the same implicit scaling and centering; the join
+        of the root dataset (the one row slices come from) is built once and
+        cached for every fit on it and its slices (a grid search's folds), see
+        :func:`~ilargi_sklearn.planner.set_materialization_cache`. This is the one
+        place where the package decides to build the join.
+
+        Parameters
+        ----------
+        strategy : {"factorized", "materialized"}
+
+        Returns
+        -------
+        Operator
+        """
+        from ilargi_sklearn.dataset._cache import materialized_operator
+
+        if strategy == "factorized":
+            return self._op
+        if strategy != "materialized":
+            raise ValueError(
+                f"strategy must be 'factorized' or 'materialized', got {strategy!r}."
+            )
+        return materialized_operator(self, self._cache_device())[0]
+
+    def _cache_device(self) -> str:
+        """The materialization cache's key for where the sources live (a plan's
+        device name where it is one)."""
+        if is_numpy_namespace(self._op.xp):
+            return "cpu"
+        return "gpu" if is_cupy_namespace(self._op.xp) else str(self.device)
 
     @property
     def nbytes(self) -> int:

@@ -258,18 +258,16 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
             elif current == "gpu" or (current == "auto" and not _on_host(X)):
                 params["device"] = "cpu"
         est = clone(self.estimator).set_params(**params)
+        # The estimator's strategy decides what it computes with
+        # (MultiSourceDataset.operator_for: the join is built once per root and
+        # cached); only whether it was cached already is recorded here.
+        hit = (
+            rep == "materialized"
+            and isinstance(X, MultiSourceDataset)
+            and is_materialization_cached(X, device)
+        )
         t0 = time.perf_counter()
-        data, hit = X, False
-        if rep == "materialized" and isinstance(X, MultiSourceDataset):
-            if get_tags(est).input_tags.positive_only:
-                # The joined matrix skips the dataset's own non-negativity check.
-                from ilargi_sklearn.utils._validation import (
-                    _check_non_negative_operator,
-                )
-
-                _check_non_negative_operator(X.operator, type(est).__name__)
-            data, hit = materialized_dataset(X, device)
-        result = getattr(est, method)(data, y, **fit_params)
+        result = getattr(est, method)(X, y, **fit_params)
         return est, result, time.perf_counter() - t0, hit
 
     def _fit(self, X, y, method, fit_params):
@@ -400,50 +398,35 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
         return self._fit(X, y, "fit_predict", fit_params)
 
     # ------------------------------------------------------------ delegation
-    def _data_for(self, X: Any) -> Any:
-        """``X`` as the fitted estimator should read it.
-
-        After a materialized plan, a dataset whose root's joined matrix is in the
-        cache (a test fold of a grid search, or the training data itself) is
-        passed as its rows of that matrix: the estimator would otherwise build
-        the join of ``X`` again (K-Means and GNMF do so for ``predict``,
-        ``transform`` and ``score`` with ``strategy="materialized"``). Anything
-        else is passed as it is.
-        """
-        rep, device = split_plan(self.plan_)
-        if rep == "materialized" and is_materialization_cached(X, device):
-            return materialized_dataset(X, device)[0]
-        return X
-
     @available_if(_estimator_has("predict"))
     def predict(self, X, **params):
         """The fitted estimator's ``predict``."""
         check_is_fitted(self)
-        return self.estimator_.predict(self._data_for(X), **params)
+        return self.estimator_.predict(X, **params)
 
     @available_if(_estimator_has("predict_proba"))
     def predict_proba(self, X, **params):
         """The fitted estimator's ``predict_proba``."""
         check_is_fitted(self)
-        return self.estimator_.predict_proba(self._data_for(X), **params)
+        return self.estimator_.predict_proba(X, **params)
 
     @available_if(_estimator_has("predict_log_proba"))
     def predict_log_proba(self, X, **params):
         """The fitted estimator's ``predict_log_proba``."""
         check_is_fitted(self)
-        return self.estimator_.predict_log_proba(self._data_for(X), **params)
+        return self.estimator_.predict_log_proba(X, **params)
 
     @available_if(_estimator_has("decision_function"))
     def decision_function(self, X, **params):
         """The fitted estimator's ``decision_function``."""
         check_is_fitted(self)
-        return self.estimator_.decision_function(self._data_for(X), **params)
+        return self.estimator_.decision_function(X, **params)
 
     @available_if(_estimator_has("transform"))
     def transform(self, X, **params):
         """The fitted estimator's ``transform``."""
         check_is_fitted(self)
-        return self.estimator_.transform(self._data_for(X), **params)
+        return self.estimator_.transform(X, **params)
 
     @available_if(_estimator_has("inverse_transform"))
     def inverse_transform(self, X, **params):
@@ -455,7 +438,7 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
     def score(self, X, y=None, **params):
         """The fitted estimator's ``score``."""
         check_is_fitted(self)
-        return self.estimator_.score(self._data_for(X), y, **params)
+        return self.estimator_.score(X, y, **params)
 
     @property
     def classes_(self):

@@ -22,7 +22,6 @@ from ilargi_sklearn._backend._plan import (
     DeviceUnavailableError,
 )
 from ilargi_sklearn.dataset import MatrixOperator, MultiSourceDataset, Operator
-from ilargi_sklearn.dataset._cache import materialized_operator
 
 __all__ = [
     "DEVICE_OPTIONS",
@@ -272,14 +271,9 @@ def validate_X(
                     "model.dataset_schema_.build(base, tables) or "
                     "MultiSourceDataset.from_frames(..., schema=train_ds.schema_)."
                 )
-        op = X.operator
         if ensure_non_negative:
-            _check_non_negative_operator(op, name)
-        if strategy == "materialized":
-            # Built once per root dataset and shared by the fits on its slices.
-            key = "cpu" if is_numpy_namespace(op.xp) else str(X.device)
-            op = materialized_operator(X, key)[0]
-        return op
+            _check_non_negative_operator(X.operator, name)
+        return X.operator_for(strategy)
     X = validate_data(
         estimator,
         X,
