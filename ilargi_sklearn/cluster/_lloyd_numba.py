@@ -57,11 +57,10 @@ def _assign_chunk(
     stop,
 ):
     # Centers in blocks of 8, one 8-lane vector per row and block: the vector
-    # intrinsics above (``_define_vector_ops``). The arg-min of a block is a
-    # vector min tree and the first lane equal to it (as np.argmin). Four rows
-    # per step (accumulators a, b, c, d): one row's chain of dependent FMAs, adds
-    # and its arg-min left the CPU waiting; four rows ran 2.5 against 1.6 ms per
-    # pass (2e5 rows, 5 base columns, two 1e4-row tables, k = 8).
+    # intrinsics (``_simd``). The arg-min of a block is a vector min tree and the
+    # first lane equal to it (as np.argmin). Four rows per step (accumulators a,
+    # b, c, d): one row's chain of dependent FMAs, adds and its arg-min leaves the
+    # CPU waiting, four independent chains keep it busy.
     n_blocks, dc = C3.shape[0], C3.shape[1]
     d0 = X0.shape[1]
     a, b, c, d = _simd.acc8(), _simd.acc8(), _simd.acc8(), _simd.acc8()
@@ -209,8 +208,7 @@ def _accumulate_chunk(
         # registers, one 8-lane vector per column with a lane per cluster (two
         # sets, for even and odd rows), each row added to its cluster's lane by
         # a select: no stores, no chains through memory when rows share a
-        # cluster. The whole M-step (2e5 x 5, two 1e4-row tables, k = 8, unit
-        # weights): 1.17-1.24 against 1.22-1.32 ms.
+        # cluster.
         A = _simd.accs24()
         for q in range(24):
             _simd.zero8(_simd.slot(A, q))
@@ -393,8 +391,8 @@ def fused_accumulate(
     n, d0 = X0.shape
     k = int(n_clusters)
     # Per-chunk sums of total * k entries, zeroed and summed on every call: one
-    # chunk per thread, each of at least twice as many rows as entries (at 2e5
-    # rows and 2e4 x 8 entries two chunks took 2.1 ms, one 1.6 ms).
+    # chunk per thread, each of at least twice as many rows as entries (below
+    # that, zeroing and summing the partial tables costs more than a thread saves).
     threads = _launcher.n_threads()
     min_rows = max(_launcher.MIN_CHUNK_ROWS["accumulate"], 2 * total * k)
     n_chunks = _launcher.chunks(n, min_rows, threads, per_thread=1)

@@ -23,7 +23,7 @@ def _cross_chunk(idx, Zs, idxs, n_partners, offsets, weights, out, c, start, sto
     # out (chunks, n_bins, C) float64; partner p fills columns offsets[p]:...
     A = out[c]
     # One partner at a time: one stream of table reads per pass (a single pass
-    # reading all partners per row measured 1.3x slower: 5.9 against 4.5 ms).
+    # reading all partners per row was slower).
     for p in range(n_partners):
         Z = Zs[p]
         ix = idxs[p]

@@ -71,8 +71,8 @@ def _mu_rows_chunk(
     # num = X0[i] HbT + sum_g G[offsets[g] + r_g] (+ const), den = W[i] HHt, then
     # W[i] *= num / den. Each row's k values are two 8-lane blocks, columns 0..7
     # and k-8..k-1 (overlapping for k < 16), so no load or store leaves the row.
-    # Four rows per step: one row's chains (10 dependent FMAs for k = 10) left
-    # the CPU idle; two rows ran 1.8x and four 2.2x faster than one (2e5 x 10).
+    # Four rows per step: one row's chains (10 dependent FMAs for k = 10) leave
+    # the CPU idle, four independent ones keep it busy.
     k = W.shape[1]
     d0 = X0.shape[1]
     h = k - 8
@@ -82,8 +82,8 @@ def _mu_rows_chunk(
     Wf = W.reshape(-1)
     # a*: numerators, e*: denominators; *0 / *1 the two blocks; one letter per row.
     # Written out row by row on purpose: the same work as loops over the four
-    # rows, with the accumulators indexed like the gram's below, made fits 25%
-    # slower (235 against 187 ms: the rows' operations no longer interleave).
+    # rows, with the accumulators indexed like the gram's below, is slower (the
+    # rows' operations no longer interleave; benchmarks/README.md).
     aa0, aa1, ae0, ae1 = _simd.acc8(), _simd.acc8(), _simd.acc8(), _simd.acc8()
     ba0, ba1, be0, be1 = _simd.acc8(), _simd.acc8(), _simd.acc8(), _simd.acc8()
     ca0, ca1, ce0, ce1 = _simd.acc8(), _simd.acc8(), _simd.acc8(), _simd.acc8()
@@ -184,8 +184,8 @@ def _mu_rows_chunk(
         _simd.mu2x8(aa0, ae0, aa1, ae1, Wf, i * k, i * k + h, eps)
     # W^T W of the updated rows (in L1/L2 now) into WW (k, 16): rows 0-7 in both
     # blocks, rows 8 to k-1 in the second only (the rest is their transpose),
-    # 24 accumulators in registers: 1.4 against 3.7 ms for BLAS's per-block
-    # products (2e5 x 10, blocks of 6,553 rows). None: not wanted (transform).
+    # 24 accumulators in registers, while the rows are in cache (BLAS runs such
+    # thin per-block products far from its peak). None: not wanted (transform).
     if WW is None:
         return
     A = _simd.accs24()
@@ -247,8 +247,7 @@ def mu_update(
     ``eps`` for zero denominators, in one compiled loop.
 
     NumPy's zero test, replacement, division and product in NumPy's order, so
-    the same rounding, in one pass instead of four (2e5 x 10 in blocks of 6,553
-    rows, with the numerator's gathers: 5.9 against 8.4 ms). Returns False, with
+    the same rounding, in one pass instead of four. Returns False, with
     ``W`` untouched, where the loop cannot run: arrays not C-contiguous or of
     different shapes or dtypes (the caller then runs NumPy's operations).
 
@@ -299,8 +298,7 @@ def mu_rows(
     numerator parts gathered beforehand (the caller's ``np.take`` from tables too
     large for cache, which it reads faster than this loop). This replaces the block's numerator assembly
     (a small GEMM and one ``np.take`` per group), the GEMM ``W_b H H^T`` and the
-    element-wise update, which pass over ``n x k`` arrays in memory: at 2e5 x 10
-    with a 5-column base and two 1e4-row tables, 3.7 against 7.5 ms. Sums run in
+    element-wise update, which pass over ``n x k`` arrays in memory. Sums run in
     another order than BLAS's, so W agrees with the NumPy pass to rounding.
 
     Returns False, with ``W`` untouched, where the loop does not apply: ``W`` not
