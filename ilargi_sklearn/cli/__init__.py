@@ -22,9 +22,9 @@ new rows).
 The modules, each importing only those listed after it: ``_commands`` (demo,
 fit, predict, calibrate) and ``_bench`` run the commands; ``_demo`` is the demo;
 ``_parser`` builds the argument parser; ``_spec`` (:class:`FitSpec`), ``_checks``
-(the spec's vocabulary and structure check) and ``_toml`` (:class:`SpecError`,
-line numbers) read specs; ``_cv`` cross-validates with progress; ``_console``
-writes the output.
+(the spec's vocabulary and structure check), ``_tables`` (reading the tables,
+building the dataset) and ``_toml`` (:class:`SpecError`, line numbers) read specs;
+``_cv`` cross-validates with progress; ``_console`` writes the output.
 """
 
 from __future__ import annotations
