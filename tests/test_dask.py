@@ -3,6 +3,7 @@
 import dask
 import numpy as np
 import pytest
+from _helpers import assert_close
 
 da = pytest.importorskip("dask.array", reason="the [dask] extra is not installed")
 distributed = pytest.importorskip(
@@ -13,16 +14,6 @@ from ilargi_sklearn import MultiSourceDataset  # noqa: E402
 from ilargi_sklearn.distributed import DaskFactorizedMatrix, dask_dataset  # noqa: E402
 
 N_ROWS, CHUNK = 1000, 128  # 8 row chunks: more than one chunk per worker
-
-
-@pytest.fixture(scope="module")
-def client():
-    cluster = distributed.LocalCluster(
-        processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None
-    )
-    with distributed.Client(cluster) as c:
-        yield c
-    cluster.close()
 
 
 def _parts(seed=0, dtype=np.float64):
@@ -36,7 +27,7 @@ def _parts(seed=0, dtype=np.float64):
 
 
 @pytest.fixture(scope="module")
-def pair(client):
+def pair(dask_client):
     base, S1, S2, idx1, idx2 = _parts()
     mem = MultiSourceDataset.from_matrices([base, S1, S2], [None, idx1, idx2])
     dds = dask_dataset(
@@ -47,8 +38,8 @@ def pair(client):
 
 
 def _close(a, b, dtype=np.float64):
-    tol = 1e-10 if dtype == np.float64 else 1e-4
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
+    # np.asarray computes a Dask array; float64 unless the test says otherwise.
+    assert_close(np.asarray(a), np.asarray(b), dtype=dtype)
 
 
 def test_dataset_is_dask_backed(pair):
@@ -113,7 +104,7 @@ def test_row_statistics_slicing_and_materialize(pair):
     _close(op.to_in_memory().gram(), fm.gram())
 
 
-def test_without_base_and_float32(client):
+def test_without_base_and_float32(dask_client):
     base, S1, S2, idx1, idx2 = _parts(5, np.float32)
     mem = MultiSourceDataset.from_matrices([S1, S2], [idx1, idx2], dtype=np.float32)
     dds = dask_dataset([S1, S2], [idx1, idx2], dtype=np.float32, chunks=CHUNK)
@@ -124,7 +115,7 @@ def test_without_base_and_float32(client):
     _close((dds @ np.ones(6, np.float32)).compute(), mem @ np.ones(6), np.float32)
 
 
-def test_builder_errors(client):
+def test_builder_errors(dask_client):
     base, S1, _, idx1, _ = _parts()
     with pytest.raises(ValueError, match=r"\[-1, 19\]"):
         dask_dataset([base, S1], [None, np.where(idx1 < 0, 25, idx1)], chunks=CHUNK)
@@ -155,7 +146,7 @@ def test_linear_regression_normal_solver(pair):
     _close(pred.compute(), ref.predict(mem))
 
 
-def test_grid_search_dask_joblib_backend(client):
+def test_grid_search_dask_joblib_backend(dask_client):
     import joblib
     from sklearn.model_selection import GridSearchCV
 
@@ -257,7 +248,7 @@ def test_kmeans_several_inits(pair):
 
 
 @pytest.mark.parametrize("init", ["nndsvda", "random"])
-def test_gnmf(client, init):
+def test_gnmf(dask_client, init):
     from ilargi_sklearn.decomposition import FactorizedGNMF
 
     base, S1, S2, idx1, idx2 = _parts(13)
@@ -303,7 +294,7 @@ def test_namespace_keeps_small_results_on_the_client(pair):
     _close(Q.compute() @ R, Pc)
 
 
-def test_row_chunks_are_co_located(client):
+def test_row_chunks_are_co_located(dask_client):
     """Base, index vectors and aligned operands share each chunk's worker."""
     n, chunk = 40_000, 5_000
     rng = np.random.default_rng(15)
@@ -315,7 +306,7 @@ def test_row_chunks_are_co_located(client):
     assert op.placement is not None and len(op.placement) == op.n_chunks
 
     def holders(A):
-        who = client.who_has(A)
+        who = dask_client.who_has(A)
         return [sorted(who[k]) for k in dask.core.flatten(A.__dask_keys__())]
 
     distributed.wait([op.base, *op.indices])
@@ -337,7 +328,7 @@ def test_materialized_strategy_is_refused(pair):
         FactorizedLinearRegression(strategy="materialized").fit(dds, np.ones(len(dds)))
 
 
-def test_from_matrices_with_a_dask_source_builds_the_dask_dataset(client):
+def test_from_matrices_with_a_dask_source_builds_the_dask_dataset(dask_client):
     base, S1, S2, idx1, idx2 = _parts()
     mem = MultiSourceDataset.from_matrices([base, S1, S2], [None, idx1, idx2])
     dds = MultiSourceDataset.from_matrices(

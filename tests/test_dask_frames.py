@@ -15,16 +15,6 @@ from ilargi_sklearn.distributed import DaskFactorizedMatrix, dask_from_frames  #
 N = 600
 
 
-@pytest.fixture(scope="module")
-def client():
-    cluster = distributed.LocalCluster(
-        processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None
-    )
-    with distributed.Client(cluster) as c:
-        yield c
-    cluster.close()
-
-
 def _tables(seed=0):
     rng = np.random.default_rng(seed)
     facts = pd.DataFrame(
@@ -70,7 +60,7 @@ def _joins(stores, regions, calendar):
     ]
 
 
-def test_matches_from_frames(client):
+def test_matches_from_frames(dask_client):
     facts, stores, regions, calendar = _tables()
     joins = _joins(stores, regions, calendar)
     mem = from_frames(facts, ["x1", "x2"], joins, sparse=False)
@@ -90,7 +80,7 @@ def test_matches_from_frames(client):
     )
 
 
-def test_unsupported_joins(client):
+def test_unsupported_joins(dask_client):
     facts, stores, regions, calendar = _tables(1)
     base = dd.from_pandas(facts, npartitions=2)
     with pytest.raises(
@@ -123,7 +113,7 @@ def test_unsupported_joins(client):
 
 
 @pytest.mark.parametrize("nulls_equal", [False, True])
-def test_missing_keys_follow_from_frames(client, nulls_equal):
+def test_missing_keys_follow_from_frames(dask_client, nulls_equal):
     facts = pd.DataFrame({"x": [1.0, 2.0, 3.0, 4.0], "k": [7.0, np.nan, 9.0, np.nan]})
     dim = pd.DataFrame({"k": [np.nan, 7.0, 9.0], "z": [20.0, 10.0, 5.0]})
     join = Join(dim, on="k", features=["z"], nulls_equal=nulls_equal)

@@ -15,6 +15,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from _helpers import assert_close
 from hypothesis import event, given
 from hypothesis import strategies as st
 
@@ -291,7 +292,7 @@ def _assert_frames_unchanged(tables, copies):
 
 
 @given(spec=frame_schemas())
-def test_from_frames_equals_pandas_merge(spec, check_operators, close):
+def test_from_frames_equals_pandas_merge(spec, check_operators):
     tables, joins, keys, kwargs = build_inputs(spec)
     copies = {n: t.copy(deep=True) for n, t in tables.items()}
     T, names, ordered, one_hot = pandas_reference(spec, tables, keys)
@@ -311,15 +312,13 @@ def test_from_frames_equals_pandas_merge(spec, check_operators, close):
     M = check_operators(ds, spec["seed"] % 1000)
     if not ordered:
         M, T = _sorted_rows(M), _sorted_rows(T)
-    close(M, T, T, ds.dtype, "materialize() vs pandas.merge")
+    assert_close(M, T, bound=T, dtype=ds.dtype, err_msg="materialize() vs pandas.merge")
     # Sources with one-hot columns are CSR when sparse=True; all dense otherwise.
     assert ds.operator.is_sparse == (spec["sparse"] and one_hot)
 
 
 @given(spec=frame_schemas(), split=st.integers(1, 11))
-def test_union_of_frames_equals_concatenated_merges(
-    spec, split, close, check_operators
-):
+def test_union_of_frames_equals_concatenated_merges(spec, split, check_operators):
     # Union of the datasets built on two row ranges of the base with the same joins.
     # Inner/outer joins change the row sets per part, so compare left joins only.
     # A mean or median imputation of the base would be computed per part.
@@ -352,10 +351,12 @@ def test_union_of_frames_equals_concatenated_merges(
     whole = from_frames(base, spec["base_features"], joins, **kwargs)
     expected = np.vstack([d.materialize("dense") for d in dss])
     M = check_operators(u, split, slices=False)
-    close(M, expected, expected, u.dtype, "union vs stacked parts")
+    assert_close(
+        M, expected, bound=expected, dtype=u.dtype, err_msg="union vs stacked parts"
+    )
     if list(whole.feature_names) == list(u.feature_names):
         W = whole.materialize("dense")
-        close(M, W, W, u.dtype, "union vs whole")
+        assert_close(M, W, bound=W, dtype=u.dtype, err_msg="union vs whole")
 
 
 # -------------------------------------------------------------- worked examples

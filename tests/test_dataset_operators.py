@@ -13,6 +13,7 @@ import re
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _helpers import assert_close, dense
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -37,7 +38,7 @@ def reference_join(sources, idxs, colmaps, n_rows, n_cols, priority=None):
     order = list(priority or []) + [
         k for k in range(n_sources) if k not in (priority or [])
     ]
-    dense = [S.toarray() if sp.issparse(S) else np.asarray(S) for S in sources]
+    parts = [dense(S) for S in sources]
     T = np.zeros((n_rows, n_cols))
     for c in range(n_cols):
         for i in range(n_rows):
@@ -45,7 +46,7 @@ def reference_join(sources, idxs, colmaps, n_rows, n_cols, priority=None):
                 cols = np.flatnonzero(colmaps[k] == c)
                 row = i if idxs[k] is None else idxs[k][i]
                 if cols.size and row >= 0:
-                    T[i, c] = dense[k][row, cols[0]]
+                    T[i, c] = parts[k][row, cols[0]]
                     break
     return T
 
@@ -138,16 +139,13 @@ def matrix_schemas(draw):
 
 
 @given(schema=matrix_schemas())
-def test_from_matrices_equals_definition(schema, check_operators, close):
+def test_from_matrices_equals_definition(schema, check_operators):
     sources = schema["sources"]
     before = [
         (S.toarray().copy(), type(S)) if sp.issparse(S) else (S.copy(), type(S))
         for S in sources
     ]
-    ind_before = [
-        None if i is None else (i.toarray() if sp.issparse(i) else i.copy())
-        for i in schema["indicators"]
-    ]
+    ind_before = [None if i is None else dense(i).copy() for i in schema["indicators"]]
     ds = MultiSourceDataset.from_matrices(
         sources,
         schema["indicators"],
@@ -168,14 +166,16 @@ def test_from_matrices_equals_definition(schema, check_operators, close):
         schema["priority"],
     )
     M = check_operators(ds, schema["seed"])
-    close(M, T, T, ds.dtype, "materialize() vs the definition")
+    assert_close(
+        M, T, bound=T, dtype=ds.dtype, err_msg="materialize() vs the definition"
+    )
     # The caller's matrices and indicators are left as they were.
     for S, (S0, kind) in zip(sources, before):
         assert type(S) is kind
-        np.testing.assert_array_equal(S.toarray() if sp.issparse(S) else S, S0)
+        np.testing.assert_array_equal(dense(S), S0)
     for i, i0 in zip(schema["indicators"], ind_before):
         if i is not None:
-            np.testing.assert_array_equal(i.toarray() if sp.issparse(i) else i, i0)
+            np.testing.assert_array_equal(dense(i), i0)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -342,7 +342,7 @@ def test_ownership_between_two_left_joins(check_operators):
     scenario=st.sampled_from([s for s in SCENARIOS if s != "union"]),
     n_parts=st.integers(1, 3),
 )
-def test_union_stacks_rows(seed, scenario, n_parts, check_operators, close):
+def test_union_stacks_rows(seed, scenario, n_parts, check_operators):
     ds = random_dataset(seed, n_rows=12, n_sources=3, scenario=scenario)
     rng = np.random.default_rng(seed)
     parts = [ds] + [ds[rng.integers(0, len(ds), 5)] for _ in range(n_parts - 1)]
@@ -352,7 +352,9 @@ def test_union_stacks_rows(seed, scenario, n_parts, check_operators, close):
     assert list(u.feature_names) == list(ds.feature_names)
     expected = np.vstack([p.materialize("dense") for p in parts])
     M = check_operators(u, seed)
-    close(M, expected, expected, ds.dtype, "union materialize")
+    assert_close(
+        M, expected, bound=expected, dtype=ds.dtype, err_msg="union materialize"
+    )
     # Sources are shared, not copied: the union adds index vectors only.
     assert {id(t.S) for t in u.operator.terms} == {id(t.S) for t in ds.operator.terms}
 
@@ -386,7 +388,7 @@ def test_operator_protocol_and_materialized_plan():
 
 
 @pytest.mark.parametrize("scenario", ["star", "overlap", "sparse", "union", "float32"])
-def test_pickle_round_trip(scenario, close):
+def test_pickle_round_trip(scenario):
     ds = random_dataset(11, n_rows=25, scenario=scenario)
     ds.operator.matmul(np.ones((ds.shape[1], 3), dtype=ds.dtype))  # fill the caches
     back = pickle.loads(pickle.dumps(ds))
@@ -395,19 +397,37 @@ def test_pickle_round_trip(scenario, close):
     assert list(back.feature_names) == list(ds.feature_names)
     assert back.source_names == ds.source_names
     M = ds.materialize("dense")
-    close(back.materialize("dense"), M, M, ds.dtype, "pickled materialize")
+    assert_close(
+        back.materialize("dense"),
+        M,
+        bound=M,
+        dtype=ds.dtype,
+        err_msg="pickled materialize",
+    )
     w = np.linspace(-1, 1, ds.shape[1]).astype(ds.dtype)
-    close(back @ w, ds @ w, np.abs(M) @ np.abs(w), ds.dtype, "pickled ds @ w")
-    close(
+    assert_close(
+        back @ w,
+        ds @ w,
+        bound=np.abs(M) @ np.abs(w),
+        dtype=ds.dtype,
+        err_msg="pickled ds @ w",
+    )
+    assert_close(
         back[::3].gram(format="dense"),
         ds[::3].gram(format="dense"),
-        np.abs(M[::3]).T @ np.abs(M[::3]),
-        ds.dtype,
-        "pickled slice gram",
+        bound=np.abs(M[::3]).T @ np.abs(M[::3]),
+        dtype=ds.dtype,
+        err_msg="pickled slice gram",
     )
     # A scaled dataset pickles too.
     s = pickle.loads(pickle.dumps(ds * 2.0))
-    close(s.materialize("dense"), 2 * M, 2 * np.abs(M), ds.dtype, "pickled ds * 2")
+    assert_close(
+        s.materialize("dense"),
+        2 * M,
+        bound=2 * np.abs(M),
+        dtype=ds.dtype,
+        err_msg="pickled ds * 2",
+    )
 
 
 def _source_bytes(S):

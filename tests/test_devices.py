@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _helpers import strict_namespace, tolerance
 
 from ilargi_sklearn._backend import _gpu
 from ilargi_sklearn._backend._gpu import probe_gpu
@@ -25,8 +26,7 @@ from ilargi_sklearn._backend._namespace import (
 from ilargi_sklearn.linear_model import FactorizedLinearRegression
 from ilargi_sklearn.utils._testing import random_dataset
 
-xps = pytest.importorskip("array_api_strict")
-DEV = xps.Device("device1")
+xps, DEV = strict_namespace()
 
 
 def test_import_leaves_optional_backends_out():
@@ -82,7 +82,7 @@ def test_linear_regression_on_strict_device(scenario, weighted):
     yd = asarray_on(y, xps, DEV)
     swd = None if sw is None else asarray_on(sw, xps, DEV)
     est = FactorizedLinearRegression().fit(dd, yd, sample_weight=swd)
-    tol = 1e-4 if ds.dtype == np.float32 else 1e-8
+    tol = tolerance(ds.dtype, "fit")
     # Fitted attributes stay where the fit ran.
     assert get_namespace(est.coef_) is xps and device_of(est.coef_) == DEV
     np.testing.assert_allclose(to_numpy(est.coef_), ref.coef_, rtol=tol, atol=tol)
@@ -227,12 +227,9 @@ def _gpu_check():
     return module
 
 
-def test_gpu_check_prints_no_gpu_and_exits_0(capsys):
-    usable, reason = probe_gpu()
-    if usable:
-        pytest.skip(f"a GPU is usable here: {reason}")
+def test_gpu_check_prints_no_gpu_and_exits_0(capsys, no_gpu):
     assert _gpu_check().main([]) == 0
-    assert capsys.readouterr().out.strip() == f"no GPU: {reason}"
+    assert capsys.readouterr().out.strip() == f"no GPU: {no_gpu}"
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")

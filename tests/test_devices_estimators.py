@@ -9,6 +9,7 @@ import pickle
 
 import numpy as np
 import pytest
+from _helpers import strict_namespace, tolerance
 
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
@@ -23,17 +24,12 @@ from ilargi_sklearn.linear_model import (
 from ilargi_sklearn.preprocessing import FactorizedStandardScaler
 from ilargi_sklearn.utils._testing import random_dataset
 
-xps = pytest.importorskip("array_api_strict")
-DEV = xps.Device("device1")
+xps, DEV = strict_namespace()
 DENSE = ["star", "left", "snowflake", "float32"]
 pytestmark = [
     pytest.mark.filterwarnings("ignore:X does not have valid feature names"),
     pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning"),
 ]
-
-
-def _tol(dtype):
-    return 1e-4 if np.dtype(dtype) == np.float32 else 1e-8
 
 
 def _on_dev(a):
@@ -54,7 +50,7 @@ def test_scaler_on_strict_device(scenario, weighted):
     dd = ds.to_device(DEV, namespace=xps)
     swd = None if sw is None else asarray_on(sw, xps, DEV)
     est = FactorizedStandardScaler().fit(dd, sample_weight=swd)
-    tol = _tol(ds.dtype)
+    tol = tolerance(ds.dtype, "fit")
     for name in ("mean_", "var_", "scale_"):
         assert _on_dev(getattr(est, name)), name
         _close(getattr(est, name), getattr(ref, name), tol)
@@ -91,7 +87,7 @@ def test_linear_regression_target_on_strict_device(scenario, multi):
     est = FactorizedLinearRegression().fit(dd, asarray_on(y, xps, DEV))
     assert _on_dev(est.coef_)
     assert est.coef_.shape == ref.coef_.shape
-    tol = 1e-3 if np.dtype(ds.dtype) == np.float32 else 1e-8
+    tol = tolerance(ds.dtype, "device_fit")
     _close(est.coef_, ref.coef_, tol)
     _close(est.intercept_, ref.intercept_, tol)
     # Integer targets are cast on the device.
@@ -136,7 +132,7 @@ def test_logistic_regression_on_strict_device(scenario, n_classes, solver):
     est = FactorizedLogisticRegression(**params).fit(
         dd, asarray_on(y, xps, DEV), sample_weight=asarray_on(sw, xps, DEV)
     )
-    tol = 1e-3 if ds.dtype == np.float32 else 1e-6
+    tol = tolerance(ds.dtype, "iterative")
     assert _on_dev(est.coef_) and _on_dev(est.intercept_)
     assert isinstance(est.classes_, np.ndarray)
     _close(est.coef_, ref.coef_, tol)
@@ -182,7 +178,7 @@ def test_kmeans_on_strict_device(scenario, init):
     ref = FactorizedKMeans(**params).fit(ds, sample_weight=sw)
     dd = ds.to_device(DEV, namespace=xps)
     est = FactorizedKMeans(**params).fit(dd, sample_weight=asarray_on(sw, xps, DEV))
-    tol = 1e-3 if ds.dtype == np.float32 else 1e-7
+    tol = tolerance(ds.dtype, "device_fit")
     assert _on_dev(est.cluster_centers_) and _on_dev(est.labels_)
     np.testing.assert_array_equal(to_numpy(est.labels_), ref.labels_)
     _close(est.cluster_centers_, ref.cluster_centers_, tol)
@@ -203,13 +199,9 @@ def test_kmeans_on_strict_device(scenario, init):
 
 
 @pytest.mark.parametrize("name", ["scaler", "logistic", "kmeans"])
-def test_gpu_request_without_gpu_carries_probe_reason(name):
-    from ilargi_sklearn._backend._gpu import probe_gpu
+def test_gpu_request_without_gpu_carries_probe_reason(name, no_gpu):
     from ilargi_sklearn.cluster import FactorizedKMeans
 
-    usable, reason = probe_gpu()
-    if usable:
-        pytest.skip(f"a GPU is usable here: {reason}")
     make = {
         "scaler": FactorizedStandardScaler,
         "logistic": FactorizedLogisticRegression,
@@ -219,7 +211,7 @@ def test_gpu_request_without_gpu_carries_probe_reason(name):
     y = np.arange(len(ds)) % 2
     with pytest.raises(RuntimeError) as info:
         make(device="gpu").fit(ds, y)
-    assert reason in str(info.value)
+    assert no_gpu in str(info.value)
     with pytest.raises(ValueError, match="device"):
         make(device="tpu").fit(ds, y)
 
@@ -238,7 +230,7 @@ def test_gnmf_on_strict_device(scenario, init):
     est = FactorizedGNMF(**params)
     W = est.fit_transform(dd)
     # QR instead of LU in the device SVD, and pairwise sums: rounding only.
-    tol = 1e-4 if ds.dtype == np.float32 else 1e-10
+    tol = tolerance(ds.dtype, "operator")
     assert _on_dev(W) and _on_dev(est.components_)
     assert est.n_iter_ == ref.n_iter_
     _close(W, W_ref, tol)
@@ -283,17 +275,13 @@ def test_gnmf_custom_init_arrays_and_device_cpu_on_strict():
     _close(Wc, W_ref, 1e-12)
 
 
-def test_gnmf_gpu_request_without_gpu_carries_probe_reason():
-    from ilargi_sklearn._backend._gpu import probe_gpu
+def test_gnmf_gpu_request_without_gpu_carries_probe_reason(no_gpu):
     from ilargi_sklearn.decomposition import FactorizedGNMF
 
-    usable, reason = probe_gpu()
-    if usable:
-        pytest.skip(f"a GPU is usable here: {reason}")
     ds = random_dataset(0, nonneg=True)
     with pytest.raises(RuntimeError) as info:
         FactorizedGNMF(2, device="gpu").fit(ds)
-    assert reason in str(info.value)
+    assert no_gpu in str(info.value)
     with pytest.raises(ValueError, match="device"):
         FactorizedGNMF(2, device="tpu").fit(ds)
 

@@ -22,6 +22,7 @@ import zipfile
 import numpy as np
 import pandas as pd
 import pytest
+from _helpers import dense
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -355,12 +356,8 @@ def test_dataset_from_converted_frames_equals_the_pandas_one(kind):
     assert sorted(got.feature_names) == sorted(expected.feature_names)
     order = [list(got.feature_names).index(f) for f in expected.feature_names]
     np.testing.assert_allclose(
-        _dense(got.materialize())[:, order], _dense(expected.materialize())
+        dense(got.materialize())[:, order], dense(expected.materialize())
     )
-
-
-def _dense(X):
-    return X.toarray() if hasattr(X, "toarray") else np.asarray(X)
 
 
 # ----------------------------------------------------------------------------------

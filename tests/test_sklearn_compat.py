@@ -1,10 +1,11 @@
-"""scikit-learn compatibility: the estimator check suite on arrays, and the
-model-selection tools on MultiSourceDataset input."""
+"""scikit-learn compatibility: the model-selection tools on MultiSourceDataset
+input (the estimator checks are in test_common.py)."""
 
 import pickle
 
 import numpy as np
 import pytest
+from _helpers import classification_data, regression_data
 from sklearn.base import clone
 from sklearn.cluster import KMeans
 from sklearn.decomposition import NMF
@@ -18,7 +19,6 @@ from sklearn.model_selection import (
 )
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from ilargi_sklearn import (
     FactorizedGNMF,
@@ -28,93 +28,10 @@ from ilargi_sklearn import (
 )
 from ilargi_sklearn.preprocessing import FactorizedStandardScaler
 from ilargi_sklearn.utils._testing import random_dataset
-from ilargi_sklearn.utils.estimator_checks import dataset_checks
-
-ESTIMATORS = [
-    FactorizedLinearRegression(),
-    FactorizedLogisticRegression(),
-    FactorizedKMeans(n_clusters=3, n_init=1, random_state=0),
-    # Enough iterations that fit_transform and transform agree (scikit-learn's own
-    # NMF(solver="mu") fails check_transformer_general with fewer).
-    FactorizedGNMF(n_components=2, max_iter=2000, tol=1e-10, random_state=0),
-    FactorizedStandardScaler(),
-]
-
-# scikit-learn's own KMeans fails the same two sample-weight equivalence checks:
-# with k-means++ seeding, weighting a sample by 2 and repeating it twice draw
-# different random numbers, so the seeds (and then the local optimum) differ.
-EXPECTED_FAILED = {
-    "FactorizedKMeans": {
-        "check_sample_weight_equivalence_on_dense_data": (
-            "k-means++ draws different random numbers for repeated vs weighted "
-            "samples, as in scikit-learn's KMeans"
-        ),
-        "check_sample_weight_equivalence_on_sparse_data": (
-            "k-means++ draws different random numbers for repeated vs weighted "
-            "samples, as in scikit-learn's KMeans"
-        ),
-    },
-}
-
-
-def _expected_failed(est):
-    return EXPECTED_FAILED.get(type(est).__name__, {})
-
-
-@parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failed)
-def test_sklearn_estimator_checks(estimator, check):
-    check(estimator)
-
-
-def _regression_data(seed=0, scenario="left", n_rows=90):
-    ds = random_dataset(seed, n_rows=n_rows, scenario=scenario)
-    rng = np.random.default_rng(seed)
-    T = ds.materialize("dense")
-    y = T @ rng.standard_normal(ds.shape[1]) + 0.1 * rng.standard_normal(len(ds))
-    return ds, y
-
-
-def _classification_data(seed=0, scenario="left", n_rows=120, n_classes=2):
-    ds, y = _regression_data(seed, scenario, n_rows)
-    edges = np.quantile(y, np.linspace(0, 1, n_classes + 1)[1:-1])
-    return ds, np.digitize(y, edges)
-
-
-CASES = [
-    ("linear", FactorizedLinearRegression(), "regression"),
-    (
-        "logistic",
-        FactorizedLogisticRegression(C=10.0, tol=1e-8, max_iter=500),
-        "binary",
-    ),
-    (
-        "kmeans",
-        FactorizedKMeans(n_clusters=3, n_init=1, random_state=0),
-        "unsupervised",
-    ),
-    ("gnmf", FactorizedGNMF(n_components=2, max_iter=50, random_state=0), "nonneg"),
-]
-
-
-def _data_for(kind, seed=0):
-    if kind == "regression":
-        return _regression_data(seed)
-    if kind == "binary":
-        return _classification_data(seed)
-    if kind == "nonneg":
-        return random_dataset(seed, n_rows=90, scenario="left", nonneg=True), None
-    return random_dataset(seed, n_rows=90, scenario="left"), None
-
-
-@pytest.mark.parametrize("name,estimator,kind", CASES, ids=[c[0] for c in CASES])
-@pytest.mark.parametrize("check", list(dataset_checks()), ids=lambda c: c.__name__)
-def test_dataset_checks(name, estimator, kind, check):
-    X, y = _data_for(kind)
-    check(estimator, X, y)
 
 
 def test_train_test_split_keeps_datasets():
-    ds, y = _regression_data()
+    ds, y = regression_data()
     X_tr, X_te, y_tr, y_te = train_test_split(ds, y, test_size=0.25, random_state=0)
     assert type(X_tr) is type(ds) and type(X_te) is type(ds)
     assert len(X_tr) == len(y_tr) and len(X_te) == len(y_te)
@@ -124,7 +41,7 @@ def test_train_test_split_keeps_datasets():
 
 
 def test_grid_search_matches_sklearn_on_materialized():
-    ds, y = _classification_data(seed=1, n_rows=150)
+    ds, y = classification_data(seed=1, n_rows=150)
     T = ds.materialize("dense")
     grid = {"C": [0.01, 0.1, 1.0, 10.0]}
     ours = GridSearchCV(
@@ -142,7 +59,7 @@ def test_grid_search_matches_sklearn_on_materialized():
 
 
 def test_grid_search_parallel_and_pipeline():
-    ds, y = _regression_data(seed=2, n_rows=120)
+    ds, y = regression_data(seed=2, n_rows=120)
     pipe = Pipeline(
         [("scale", FactorizedStandardScaler()), ("lr", FactorizedLinearRegression())]
     )
@@ -165,7 +82,7 @@ def test_grid_search_parallel_and_pipeline():
 
 
 def test_scaled_logistic_pipeline_equals_sklearn():
-    ds, y = _classification_data(seed=3, n_rows=150, n_classes=3)
+    ds, y = classification_data(seed=3, n_rows=150, n_classes=3)
     ours = make_pipeline(
         FactorizedStandardScaler(),
         FactorizedLogisticRegression(tol=1e-10, max_iter=1000),
@@ -179,7 +96,7 @@ def test_scaled_logistic_pipeline_equals_sklearn():
 
 
 def test_randomized_search_and_cross_validate():
-    ds, y = _classification_data(seed=4, n_rows=150)
+    ds, y = classification_data(seed=4, n_rows=150)
     search = RandomizedSearchCV(
         FactorizedLogisticRegression(max_iter=300),
         {"C": np.logspace(-2, 2, 20)},
@@ -221,7 +138,7 @@ def test_unsupervised_cross_val_and_pickled_search():
 
 
 def test_stock_transformer_before_factorized_estimator_explains():
-    ds, y = _regression_data()
+    ds, y = regression_data()
     pipe = make_pipeline(StandardScaler(), FactorizedLinearRegression())
     with pytest.raises(TypeError, match="materialize"):
         pipe.fit(ds, y)

@@ -22,9 +22,8 @@ from ilargi_sklearn.utils._testing import random_dataset
 numba = pytest.importorskip("numba")
 
 
-@pytest.fixture(autouse=True)
-def compiled_enabled(monkeypatch):
-    monkeypatch.delenv(_launcher.NO_NUMBA_ENV, raising=False)
+# Compiled kernels on, whatever the caller's environment says.
+pytestmark = pytest.mark.usefixtures("compiled_enabled")
 
 
 # ---------------------------------------------------------------- thread count

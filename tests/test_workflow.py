@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
+from _helpers import dense
 from sklearn.impute import SimpleImputer
 from sklearn.model_selection import GroupKFold, cross_val_score
 from sklearn.pipeline import make_pipeline
@@ -83,11 +84,6 @@ def star_joins(f):
 
 def build_star(f, **kw):
     return from_frames(f["sales"], ["units", "channel"], star_joins(f), **kw)
-
-
-def dense(ds):
-    M = ds.materialize()
-    return M.toarray() if hasattr(M, "toarray") else M
 
 
 # ----------------------------------------------------------------- row origin

@@ -9,14 +9,9 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from _helpers import gpu_marks
 
-from ilargi_sklearn._backend._gpu import probe_gpu
-
-_USABLE, _REASON = probe_gpu()
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not _USABLE, reason=f"no usable GPU: {_REASON}"),
-]
+pytestmark = gpu_marks()
 
 
 def _gpu_check():

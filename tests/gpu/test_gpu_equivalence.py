@@ -1,37 +1,27 @@
 """GPU (CuPy) against CPU for the operators and the device-ready estimators.
 
 Runs only where CuPy and a usable NVIDIA GPU exist; elsewhere every test skips with
-the probe's reason. Tolerances: float64 about 1e-10 relative, float32 about 1e-5
-(cuSPARSE products and atomic scatter-adds are not bit-reproducible).
+the probe's reason. cuSPARSE products and atomic scatter-adds are not
+bit-reproducible: operators compare at the "device" tolerance of the table in
+``_helpers.py``, fits at the tolerance of their kind.
 """
 
 import numpy as np
 import pytest
+from _helpers import assert_close, gpu_marks, tolerance
 
-from ilargi_sklearn._backend._gpu import probe_gpu
 from ilargi_sklearn._backend._namespace import asarray_on, get_namespace, to_numpy
 from ilargi_sklearn.dataset import AffineOperator
 from ilargi_sklearn.linear_model import FactorizedLinearRegression
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
 
-_USABLE, _REASON = probe_gpu()
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not _USABLE, reason=f"no usable GPU: {_REASON}"),
-]
-
-
-def _tol(dtype):
-    return 1e-5 if np.dtype(dtype) == np.float32 else 1e-10
+pytestmark = gpu_marks()
 
 
 def _check(expected, got, dtype, what):
     assert type(got).__module__.startswith("cupy"), what
-    tol = _tol(dtype)
     scale = max(1.0, float(np.max(np.abs(expected))) if np.size(expected) else 1.0)
-    np.testing.assert_allclose(
-        to_numpy(got), expected, rtol=tol, atol=tol * scale, err_msg=what
-    )
+    assert_close(got, expected, dtype=dtype, kind="device", scale=scale, err_msg=what)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -76,7 +66,7 @@ def test_linear_regression_gpu_vs_cpu(scenario):
     ref = FactorizedLinearRegression().fit(ds, y)
     est = FactorizedLinearRegression(device="gpu").fit(ds, y)
     assert get_namespace(est.coef_).__name__.endswith("cupy")
-    tol = 1e-4 if ds.dtype == np.float32 else 1e-8
+    tol = tolerance(ds.dtype, "fit")
     np.testing.assert_allclose(to_numpy(est.coef_), ref.coef_, rtol=tol, atol=tol)
     pred = est.predict(ds)  # host data: NumPy predictions
     assert isinstance(pred, np.ndarray)
@@ -99,9 +89,7 @@ def test_scaler_gpu_vs_cpu(scenario):
     A = ds.materialize()
     out = est.transform(A)  # host array: NumPy back
     assert isinstance(out, np.ndarray)
-    np.testing.assert_allclose(
-        out, ref.transform(A), rtol=_tol(ds.dtype), atol=_tol(ds.dtype)
-    )
+    assert_close(out, ref.transform(A), dtype=ds.dtype, kind="device")
     Ag = asarray_on(A, get_namespace(est.scale_))
     _check(ref.transform(A), est.transform(Ag), ds.dtype, "transform gpu array")
 
@@ -120,7 +108,7 @@ def test_logistic_regression_gpu_vs_cpu(scenario, n_classes):
     ref = FactorizedLogisticRegression(max_iter=200).fit(ds, y)
     est = FactorizedLogisticRegression(max_iter=200, device="gpu").fit(ds, y)
     assert _is_cupy(est.coef_)
-    tol = 1e-3 if ds.dtype == np.float32 else 1e-6
+    tol = tolerance(ds.dtype, "iterative")
     np.testing.assert_allclose(to_numpy(est.coef_), ref.coef_, rtol=tol, atol=tol)
     dg = ds.to_device("gpu")
     proba = est.predict_proba(dg)
@@ -140,7 +128,7 @@ def test_kmeans_gpu_vs_cpu(scenario):
     est = FactorizedKMeans(n_clusters=5, random_state=0, device="gpu").fit(ds)
     assert _is_cupy(est.cluster_centers_) and _is_cupy(est.labels_)
     np.testing.assert_array_equal(to_numpy(est.labels_), ref.labels_)
-    tol = 1e-3 if ds.dtype == np.float32 else 1e-8
+    tol = tolerance(ds.dtype, "device_fit")
     np.testing.assert_allclose(
         to_numpy(est.cluster_centers_), ref.cluster_centers_, rtol=tol, atol=tol
     )
@@ -165,7 +153,7 @@ def test_gnmf_gpu_vs_cpu(scenario, init):
     assert isinstance(W, np.ndarray)
     assert _is_cupy(est.components_)
     # 50 multiplicative updates amplify the cuSPARSE / atomic rounding a little.
-    tol = 1e-3 if ds.dtype == np.float32 else 1e-8
+    tol = tolerance(ds.dtype, "device_fit")
     scale = float(np.max(W_ref))
     np.testing.assert_allclose(W, W_ref, rtol=tol, atol=tol * scale)
     np.testing.assert_allclose(

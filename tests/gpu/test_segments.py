@@ -5,17 +5,13 @@ Skips with the probe's reason where no usable GPU exists.
 
 import numpy as np
 import pytest
+from _helpers import gpu_marks
 
 from ilargi_sklearn._backend import _cuda
-from ilargi_sklearn._backend._gpu import probe_gpu
 from ilargi_sklearn._backend._namespace import get_namespace
 from ilargi_sklearn._backend._ops import RowMap
 
-_USABLE, _REASON = probe_gpu()
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not _USABLE, reason=f"no usable GPU: {_REASON}"),
-]
+pytestmark = gpu_marks()
 
 
 def _want(idx, m, Z, gather=None, weights=None):
