@@ -536,11 +536,12 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
     device : {"auto", "cpu", "gpu"}, default="auto"
         Where ``fit`` and ``predict`` compute: "auto" where the data lives, "cpu",
         or "gpu" (CuPy; a dataset is moved once and its device copy cached). On a
-        device only the dense normal-equation solver runs; the gram and the
-        refinement steps' parameter-sized algebra run on the host. ``coef_`` and
-        ``intercept_`` stay where the fit ran; ``predict`` returns the caller's
-        array type; pickles hold NumPy arrays. "gpu" without a usable GPU raises a
-        ``RuntimeError`` with the probe's reason. A materialized dense plan on
+        device the dense normal equations and gradient descent run (sparse data
+        raise ``UnsupportedOnDeviceError``: use ``device="cpu"``); the gram, the
+        refinement steps' and the solvers' parameter-sized algebra run on the
+        host. ``coef_`` and ``intercept_`` stay where the fit ran; ``predict``
+        returns the caller's array type; pickles hold NumPy arrays. "gpu" without
+        a usable GPU raises a ``RuntimeError`` with the probe's reason. A materialized dense plan on
         the GPU is solved by cuML (``algorithm="eig"``) when cuML is installed.
 
     Attributes

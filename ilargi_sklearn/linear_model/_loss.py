@@ -343,7 +343,8 @@ _COLUMN_MAJOR_MAX_COLS = 12
 
 
 def _fused_binomial_plan(op):
-    """A :class:`_FusedBinomial` for ``op``, or None (the NumPy code then runs)."""
+    """A :class:`_FusedBinomial` for ``op``, or None (the array code of
+    :func:`_loss_and_grad` then runs)."""
     plan = _binomial_plans.get(op, False)
     if plan is False:
         layout = _glm_layout(op)
