@@ -103,6 +103,37 @@ def test_linear_regression_on_strict_device(scenario, weighted):
     assert get_namespace(pred_cpu) is xps and device_of(pred_cpu) == DEV
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_linear_gd_on_strict_device_equals_numpy(weighted):
+    # The gradient-descent kernel is the NumPy one: the same steps on the device.
+    ds = random_dataset(4, scenario="star", n_rows=80)
+    rng = np.random.default_rng(1)
+    y = ds.operator.matmul(rng.standard_normal(ds.shape[1])) + 2.0
+    sw = rng.random(len(ds)) + 0.5 if weighted else None
+    kw = dict(solver="gd", max_iter=15, tol=0.0)
+    ref = FactorizedLinearRegression(**kw).fit(ds, y, sample_weight=sw)
+    dd = ds.to_device(DEV, namespace=xps)
+    swd = None if sw is None else asarray_on(sw, xps, DEV)
+    est = FactorizedLinearRegression(**kw).fit(dd, asarray_on(y, xps, DEV), swd)
+    assert get_namespace(est.coef_) is xps and est.n_iter_ == ref.n_iter_
+    np.testing.assert_allclose(to_numpy(est.coef_), ref.coef_, rtol=1e-10)
+    np.testing.assert_allclose(
+        float(to_numpy(est.intercept_)), ref.intercept_, rtol=1e-10
+    )
+
+
+def test_linear_sparse_on_device_is_unsupported():
+    from ilargi_sklearn._backend._plan import UnsupportedOnDeviceError
+    from ilargi_sklearn.linear_model import _linear
+
+    class SparseOnDevice:
+        is_sparse = True
+        xp = xps
+
+    with pytest.raises(UnsupportedOnDeviceError, match="device='cpu'"):
+        _linear._check_device_support(SparseOnDevice())
+
+
 def test_linear_regression_on_strict_arrays_and_pickle():
     rng = np.random.default_rng(3)
     X = rng.standard_normal((50, 4))

@@ -700,10 +700,10 @@ def test_refinement_runs_only_where_it_can_matter(case, refines, monkeypatch):
     if case == "large target mean":
         y += 1e7
     calls = []
-    predict = linear_module._predict64_numpy
+    predict = linear_module._predict64
     monkeypatch.setattr(
         linear_module,
-        "_predict64_numpy",
+        "_predict64",
         lambda op, coef: calls.append(1) or predict(op, coef),
     )
     est = FactorizedLinearRegression().fit(X, y)

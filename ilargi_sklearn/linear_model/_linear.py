@@ -13,7 +13,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import _check_sample_weight, _check_y, check_is_fitted
+from sklearn.utils.validation import _check_y, check_is_fitted
 
 from ilargi_sklearn._backend._cuml import fit_cuml, use_cuml
 from ilargi_sklearn._backend._launcher import one_blas_thread
@@ -35,9 +35,11 @@ from ilargi_sklearn.linear_model._loss import (
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     STRATEGIES,
+    Caller,
     DeviceMixin,
     device_regression_target,
-    input_namespace,
+    host_array,
+    validate_fit_inputs,
     validate_X,
 )
 
@@ -57,20 +59,42 @@ logger = logging.getLogger(__name__)
 _MAX_DENSE_GRAM_FEATURES = 1000
 
 
-def _check_y_given(estimator, y):
-    if y is None:
-        raise ValueError(
-            f"{type(estimator).__name__} requires y to be passed, but the target y "
-            "is None."
-        )
-
-
 def _check_n_rows(op, y, name="y"):
     n_rows, n_y = op.n_rows, y.shape[0]
     if n_rows != n_y:
         raise ValueError(
             f"X has {n_rows} samples but {name} has {n_y}; they must have the same "
             "number of rows."
+        )
+
+
+def _regression_target(estimator, y, op):
+    """``(Y, y_ndim)``: the target as float64 of shape (n_samples, n_targets) where
+    ``op`` lives, and the number of dimensions ``y`` came with.
+
+    A target already next to the data is checked there; any other is validated on
+    the host (one copy when it came from another device) and moved next to the
+    data once, for the whole fit.
+    """
+    Y = device_regression_target(estimator, y, op)
+    if Y is not None:
+        _check_n_rows(op, Y)
+        return Y, y.ndim
+    y = _check_y(host_array(y), multi_output=True, y_numeric=True, estimator=estimator)
+    if sp.issparse(y):
+        y = y.toarray()
+    _check_n_rows(op, y)
+    Y = np.asarray(y, dtype=np.float64).reshape(op.n_rows, -1)
+    return asarray_on(Y, op.xp, op.device), y.ndim
+
+
+def _check_device_support(op):
+    """Sparse operators outside NumPy have no solver: LSQR and the sparse gram
+    products are SciPy kernels."""
+    if op.is_sparse and not is_numpy_namespace(op.xp):
+        raise UnsupportedOnDeviceError(
+            "on a device, FactorizedLinearRegression supports dense data only (got "
+            f"a sparse {type(op).__name__} in {op.xp.__name__}); use device='cpu'."
         )
 
 
@@ -191,42 +215,29 @@ def _solve_normal_equations(op, Y, sample_weight, fit_intercept, cond, max_refin
     # ``Y`` and ``sample_weight`` live where ``op`` does; the parameter-sized algebra
     # (gram, Cholesky, refinement steps) runs on the host in float64.
     xp = op.xp
-    if is_numpy_namespace(xp):
-        host = _host64
-        cast = _cast_like(dtype)
-        colsum = _colsum
-        predict64 = _predict64_numpy
-    else:
-        xdt = namespace_dtype(xp, dtype)
+    xdt = namespace_dtype(xp, dtype)
 
-        def host(a):
-            return np.asarray(to_numpy(a), dtype=np.float64)
+    def cast(a):
+        return xp.astype(a, xdt, copy=False)
 
-        def cast(a):
-            return xp.astype(a, xdt)
-
-        def colsum(a):
-            return host(xp_column_sums(a, xp))
-
-        def predict64(op, coef):
-            P = op.matmul(asarray_on(coef.astype(dtype), xp, op.device))
-            return xp.astype(P, xp.float64)
+    def colsum(a):
+        return _host64(xp_column_sums(a, xp))
 
     if sample_weight is None:
         sw_sum = float(n_samples)
     else:
         sw_sum = float(xp.sum(sample_weight))
-    G = host(op.gram(sample_weight, format="dense"))
+    G = _host64(op.gram(sample_weight, format="dense"))
     D = np.diag(G).copy()
 
     def weighted(R):
         return R if sample_weight is None else R * sample_weight[:, None]
 
     SY = weighted(Y)
-    rhs = host(op.rmatmul(cast(SY)))
+    rhs = _host64(op.rmatmul(cast(SY)))
     y_mean = colsum(SY) / sw_sum
     if fit_intercept:
-        mu = host(op.col_sums(sample_weight)) / sw_sum
+        mu = _host64(op.col_sums(sample_weight)) / sw_sum
         G = G - sw_sum * np.outer(mu, mu)
         rhs = rhs - np.outer(mu, sw_sum * y_mean)
     else:
@@ -252,7 +263,7 @@ def _solve_normal_equations(op, Y, sample_weight, fit_intercept, cond, max_refin
     # eps * sqrt(D_j) ||sqrt(s) Y|| (Cauchy-Schwarz on T^T S Y), which centering
     # keeps. When the error bound of the first solve is far below the accuracy
     # the estimators promise (1e-8 relative), refining cannot change the result.
-    y_norm = np.sqrt(host(colsum(SY * Y)))
+    y_norm = np.sqrt(colsum(SY * Y))
     rhs_noise = _GRAM_NOISE * float(np.finfo(dtype).eps) * np.outer(np.sqrt(D), y_norm)
     rhs_scale = np.max(np.abs(rhs[free]), axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -264,14 +275,10 @@ def _solve_normal_equations(op, Y, sample_weight, fit_intercept, cond, max_refin
     previous = np.inf
     for _ in range(max_refine):
         intercept = y_mean - mu @ coef
-        b = (
-            intercept
-            if is_numpy_namespace(xp)
-            else asarray_on(intercept, xp, op.device)
-        )
-        R = Y - predict64(op, coef) - b
+        b = asarray_on(intercept, xp, op.device)
+        R = Y - _predict64(op, coef) - b
         SR = weighted(R)
-        grad = host(op.rmatmul(cast(SR)))
+        grad = _host64(op.rmatmul(cast(SR)))
         if fit_intercept:
             grad -= np.outer(mu, colsum(SR))
         step = solve(grad)
@@ -287,22 +294,14 @@ def _solve_normal_equations(op, Y, sample_weight, fit_intercept, cond, max_refin
 
 
 def _host64(a):
-    return np.asarray(a, dtype=np.float64)
+    """A parameter-sized array of any namespace as float64 NumPy."""
+    return np.asarray(to_numpy(a), dtype=np.float64)
 
 
-def _cast_like(dtype):
-    def cast(a):
-        return a.astype(dtype, copy=False)
-
-    return cast
-
-
-def _colsum(a):
-    return a.sum(axis=0)
-
-
-def _predict64_numpy(op, coef):
-    return np.asarray(op.matmul(coef.astype(op.dtype)), dtype=np.float64)
+def _predict64(op, coef):
+    """``T @ coef`` as float64 where ``op`` lives (``coef`` on the host)."""
+    P = op.matmul(asarray_on(coef, op.xp, op.device, op.dtype))
+    return op.xp.astype(P, op.xp.float64, copy=False)
 
 
 def _lsqr(matvec, rmatvec, u, n_features, atol, btol, conlim=1e8, iter_lim=None):
@@ -537,11 +536,12 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
     device : {"auto", "cpu", "gpu"}, default="auto"
         Where ``fit`` and ``predict`` compute: "auto" where the data lives, "cpu",
         or "gpu" (CuPy; a dataset is moved once and its device copy cached). On a
-        device only the dense normal-equation solver runs; the gram and the
-        refinement steps' parameter-sized algebra run on the host. ``coef_`` and
-        ``intercept_`` stay where the fit ran; ``predict`` returns the caller's
-        array type; pickles hold NumPy arrays. "gpu" without a usable GPU raises a
-        ``RuntimeError`` with the probe's reason. A materialized dense plan on
+        device the dense normal equations and gradient descent run (sparse data
+        raise ``UnsupportedOnDeviceError``: use ``device="cpu"``); the gram, the
+        refinement steps' and the solvers' parameter-sized algebra run on the
+        host. ``coef_`` and ``intercept_`` stay where the fit ran; ``predict``
+        returns the caller's array type; pickles hold NumPy arrays. "gpu" without
+        a usable GPU raises a ``RuntimeError`` with the probe's reason. A materialized dense plan on
         the GPU is solved by cuML (``algorithm="eig"``) when cuML is installed.
 
     Attributes
@@ -671,63 +671,32 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
         self : object
             Fitted estimator.
         """
-        op = validate_X(self, X, reset=True, strategy=self.strategy, device=self.device)
-        _check_y_given(self, y)
-        xp = op.xp
-        on_device = not is_numpy_namespace(xp)
-        cuml_plan = self.solver == "normal" and use_cuml(op, self.strategy)
-        # A target already next to the data is checked there; any other is
-        # validated on the host (one copy when it came from the device) and then
-        # lives next to the data for the whole fit.
-        Yd = None
-        if on_device and not cuml_plan:
-            Yd = device_regression_target(self, y, op)
-        if Yd is None:
-            if on_device and hasattr(y, "shape"):
-                y = to_numpy(y)
-            y = _check_y(y, multi_output=True, y_numeric=True, estimator=self)
-            if sp.issparse(y):
-                y = y.toarray()
-        _check_n_rows(op, y if Yd is None else Yd)
-        y_ndim = y.ndim
-        if on_device and sample_weight is not None and hasattr(sample_weight, "shape"):
-            sample_weight = to_numpy(sample_weight)
-        if sample_weight is not None:
-            sample_weight = _check_sample_weight(sample_weight, op, dtype=np.float64)
-        dtype = op.dtype
-        n_samples, n_features = op.shape
-        Y = None if Yd is not None else np.asarray(y, dtype=np.float64)
-        if Y is not None:
-            Y = Y.reshape(n_samples, -1)
-
-        if cuml_plan:
-            # cuML's "eig" solver on the materialized GPU matrix (_backend._cuml).
+        op, (Y, y_ndim), sample_weight, sw_sum, _ = validate_fit_inputs(
+            self,
+            X,
+            y,
+            sample_weight,
+            target=_regression_target,
+            strategy=self.strategy,
+        )
+        n_features = op.n_cols
+        if self.solver == "normal" and use_cuml(op, self.strategy):
+            # A materialized dense plan on the GPU is solved by cuML's "eig" solver
+            # (_backend._cuml): another library's solver, not a kernel of this
+            # package, so it stays a branch of its own.
             fitted = fit_cuml(
-                "linear", op, y, sample_weight, fit_intercept=self.fit_intercept
+                "linear",
+                op,
+                Y[:, 0] if y_ndim == 1 else Y,
+                sample_weight,
+                fit_intercept=self.fit_intercept,
             )
             for name, value in fitted.items():
                 setattr(self, name, value)
             return self
-        if on_device:
-            if self.solver == "gd" or op.is_sparse:
-                raise UnsupportedOnDeviceError(
-                    "on a device, FactorizedLinearRegression supports the dense "
-                    f"normal-equation solver only (got solver={self.solver!r}, "
-                    f"sparse={op.is_sparse}); use device='cpu'."
-                )
-            if Yd is None:
-                Yd = asarray_on(Y, xp, op.device)
-            swd = (
-                None
-                if sample_weight is None
-                else asarray_on(sample_weight, xp, op.device)
-            )
-            coef, intercept, _ = _solve_normal_equations(
-                op, Yd, swd, self.fit_intercept, self.tol
-            )
-            n_iter = 1
-        elif self.solver == "gd":
-            coef, intercept, n_iter = self._fit_gd(op, Y, sample_weight)
+        _check_device_support(op)
+        if self.solver == "gd":
+            coef, intercept, n_iter = self._fit_gd(op, Y, sample_weight, sw_sum)
         elif op.is_sparse and n_features > _MAX_DENSE_GRAM_FEATURES:
             logger.info(
                 "%d features on sparse data: LSQR on the operator instead of a dense "
@@ -743,26 +712,21 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
             )
             n_iter = 1
 
-        coef = coef.astype(dtype, copy=False)
-        intercept = intercept.astype(dtype, copy=False)
+        # Fitted attributes stay where the fit ran.
+        coef = asarray_on(coef.astype(op.dtype, copy=False), op.xp, op.device)
+        intercept = asarray_on(intercept.astype(op.dtype, copy=False), op.xp, op.device)
         if y_ndim == 1:
-            self.coef_ = coef[0]
+            self.coef_ = coef[0, :]
             self.intercept_ = intercept[0] if self.fit_intercept else 0.0
         else:
             self.coef_ = coef
             self.intercept_ = intercept if self.fit_intercept else 0.0
-        if on_device:
-            # Fitted attributes stay where the fit ran.
-            self.coef_ = asarray_on(self.coef_, xp, op.device)
-            if self.fit_intercept:
-                self.intercept_ = asarray_on(self.intercept_, xp, op.device)
         self.n_iter_ = n_iter
         return self
 
-    def _fit_gd(self, op, Y, sample_weight):
-        n_samples, n_features = op.shape
+    def _fit_gd(self, op, Y, sample_weight, sw_sum):
+        n_features = op.n_cols
         n_targets = Y.shape[1]
-        sw_sum = float(n_samples if sample_weight is None else np.sum(sample_weight))
         learning_rate = self.learning_rate
         if learning_rate is None:
             L = _lipschitz_constant(
@@ -810,31 +774,18 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
             Predicted values.
         """
         check_is_fitted(self)
-        xp_in, device_in = input_namespace(X)
+        caller = Caller(X)
         op = validate_X(self, X, reset=False, device=self.device)
         xp = op.xp
-        if is_numpy_namespace(xp) and _on_host(self.coef_):
-            out = op.matmul(self.coef_.T) + self.intercept_
-        else:
-            # Parameters go to where the data is (they are small).
-            coef = asarray_on(self.coef_, xp, op.device)
-            coef = coef if coef.ndim == 1 else xp.matrix_transpose(coef)
-            b = self.intercept_
-            b = asarray_on(b, xp, op.device) if hasattr(b, "shape") else b
-            out = op.matmul(coef) + b
-        if xp is not xp_in and not (
-            is_numpy_namespace(xp) and is_numpy_namespace(xp_in)
-        ):
-            # Predictions come back in the caller's array type.
-            out = asarray_on(out, xp_in, device_in)
-        return out
+        # Parameters go to where the data is (they are small).
+        coef = asarray_on(self.coef_, xp, op.device)
+        coef = coef if coef.ndim == 1 else xp.matrix_transpose(coef)
+        b = self.intercept_
+        b = asarray_on(b, xp, op.device) if hasattr(b, "shape") else b
+        return caller.give(op.matmul(coef) + b)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         tags.target_tags.multi_output = True
         return tags
-
-
-def _on_host(a):
-    return isinstance(a, np.ndarray)

@@ -10,37 +10,38 @@ from typing import Any
 
 import numpy as np
 import scipy.optimize
-from scipy.special import expit, log_expit, log_softmax, softmax
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import _check_sample_weight, _check_y, check_is_fitted
+from sklearn.utils.validation import _check_y, check_is_fitted
 
 from ilargi_sklearn._backend._cuml import fit_cuml, use_cuml
 from ilargi_sklearn._backend._launcher import one_blas_thread
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
     device_of,
-    is_numpy_namespace,
     numpy_dtype,
     to_numpy,
 )
-from ilargi_sklearn.linear_model._linear import _check_n_rows, _check_y_given
+from ilargi_sklearn.linear_model._linear import _check_n_rows
 from ilargi_sklearn.linear_model._loss import (
     _gradient_descent,
     _lipschitz_constant,
     _loss_and_grad,
+    _special,
     _split_coef,
     release_binomial_plan,
 )
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     STRATEGIES,
+    Caller,
     DeviceMixin,
-    input_namespace,
+    host_array,
     on_operator_device,
+    validate_fit_inputs,
     validate_X,
 )
 
@@ -92,6 +93,28 @@ def _encode_device_labels(y: Any, op: Any) -> tuple[np.ndarray, Any] | None:
             )
     classes, codes = xp.unique_inverse(y)
     return to_numpy(classes), codes
+
+
+def _classification_target(estimator, y, op):
+    """``(classes, codes)``: the class labels (NumPy) and each sample's class index
+    where ``op`` lives.
+
+    Numeric labels already next to the data are encoded there; any others on the
+    host (one copy when they came from another device), their codes then moved
+    next to the data.
+    """
+    encoded = _encode_device_labels(y, op)
+    if encoded is not None:
+        _check_n_rows(op, encoded[1])
+        return encoded
+    y = _check_y(host_array(y), estimator=estimator)
+    _check_n_rows(op, y)
+    if not (y.ndim == 1 and y.dtype.kind in "iu"):
+        # 1-D integer labels are always binary or multiclass targets; the
+        # check's np.unique costs 3 ms per 2e5 labels.
+        check_classification_targets(y)
+    classes, codes = _encode_labels(y)
+    return classes, asarray_on(codes, op.xp, op.device)
 
 
 class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
@@ -278,33 +301,14 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
         self : object
             Fitted estimator.
         """
-        op = validate_X(self, X, reset=True, strategy=self.strategy, device=self.device)
-        _check_y_given(self, y)
-        xp = op.xp
-        on_device = not is_numpy_namespace(xp)
-        cuml_plan = self.solver == "lbfgs" and use_cuml(op, self.strategy)
-        # Numeric labels already next to the data are encoded there; any others
-        # on the host (one copy when they came from the device).
-        encoded = None
-        if on_device and not cuml_plan:
-            encoded = _encode_device_labels(y, op)
-        if encoded is None:
-            if on_device and hasattr(y, "shape"):
-                y = to_numpy(y)
-            y = _check_y(y, estimator=self)
-            _check_n_rows(op, y)
-            if not (y.ndim == 1 and y.dtype.kind in "iu"):
-                # 1-D integer labels are always binary or multiclass targets; the
-                # check's np.unique costs 3 ms per 2e5 labels.
-                check_classification_targets(y)
-            classes, y_codes = _encode_labels(y)
-        else:
-            classes, y_codes = encoded
-            _check_n_rows(op, y_codes)
-        if on_device and sample_weight is not None and hasattr(sample_weight, "shape"):
-            sample_weight = to_numpy(sample_weight)
-        if sample_weight is not None:
-            sample_weight = _check_sample_weight(sample_weight, op, dtype=np.float64)
+        op, (classes, y_codes), sample_weight, sw_sum, _ = validate_fit_inputs(
+            self,
+            X,
+            y,
+            sample_weight,
+            target=_classification_target,
+            strategy=self.strategy,
+        )
         n_classes = classes.shape[0]
         if n_classes < 2:
             label = classes[0].item() if hasattr(classes[0], "item") else classes[0]
@@ -312,24 +316,10 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
                 "This solver needs samples of at least 2 classes in the data, but the "
                 f"data contains only one class: {label!r}."
             )
-
-        n_samples, n_features = op.shape
-        sw_sum = float(n_samples if sample_weight is None else np.sum(sample_weight))
-        l2_reg_strength = 0.0 if self.penalty is None else 1.0 / (self.C * sw_sum)
-        cxp = np if encoded is None else xp
-        if n_classes == 2:
-            loss, n_outputs = "binomial", 1
-            target = cxp.astype(y_codes == 1, cxp.float64)
-        else:
-            loss, n_outputs = "multinomial", n_classes
-            k = cxp.arange(n_classes, dtype=y_codes.dtype, device=device_of(y_codes))
-            target = cxp.astype(y_codes[:, None] == k[None, :], cxp.float64)
-        if on_device:
-            target = asarray_on(target, xp, op.device)
-            if sample_weight is not None:
-                sample_weight = asarray_on(sample_weight, xp, op.device)
-        if cuml_plan:
-            # cuML's L-BFGS (qn) on the materialized GPU matrix (_backend._cuml).
+        if self.solver == "lbfgs" and use_cuml(op, self.strategy):
+            # A materialized dense plan on the GPU is fitted by cuML's L-BFGS (qn,
+            # _backend._cuml): another library's solver, not a kernel of this
+            # package, so it stays a branch of its own.
             fitted = fit_cuml(
                 "logistic",
                 op,
@@ -345,6 +335,17 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
             for name, value in fitted.items():
                 setattr(self, name, value)
             return self
+
+        xp = op.xp
+        n_features = op.n_cols
+        l2_reg_strength = 0.0 if self.penalty is None else 1.0 / (self.C * sw_sum)
+        if n_classes == 2:
+            loss, n_outputs = "binomial", 1
+            target = xp.astype(y_codes == 1, xp.float64)
+        else:
+            loss, n_outputs = "multinomial", n_classes
+            k = xp.arange(n_classes, dtype=y_codes.dtype, device=device_of(y_codes))
+            target = xp.astype(y_codes[:, None] == k[None, :], xp.float64)
         args = (
             op,
             target,
@@ -372,12 +373,9 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
         if intercept is None:
             intercept = np.zeros(n_outputs)
         self.classes_ = classes
-        self.coef_ = coef.astype(op.dtype)
-        self.intercept_ = intercept.astype(op.dtype)
-        if on_device:
-            # Fitted attributes stay where the fit ran.
-            self.coef_ = asarray_on(self.coef_, xp, op.device)
-            self.intercept_ = asarray_on(self.intercept_, xp, op.device)
+        # Fitted attributes stay where the fit ran.
+        self.coef_ = asarray_on(coef.astype(op.dtype), xp, op.device)
+        self.intercept_ = asarray_on(intercept.astype(op.dtype), xp, op.device)
         self.n_iter_ = np.asarray([n_iter], dtype=np.int32)
         return self
 
@@ -444,29 +442,20 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
             For binary problems, the score of ``classes_[1]`` (positive means
             ``classes_[1]`` is predicted); otherwise one column per class.
         """
-        scores, xp, xp_in, device_in = self._scores(X)
-        return _to_caller(scores, xp, xp_in, device_in)
+        scores, _, caller = self._scores(X)
+        return caller.give(scores)
 
     def _scores(self, X):
-        """Scores in the namespace where they were computed, and the caller's."""
+        """Scores, the namespace where they were computed, and the caller."""
         check_is_fitted(self)
-        xp_in, device_in = input_namespace(X)
+        caller = Caller(X)
         op = validate_X(self, X, reset=False, device=self.device)
         xp = op.xp
-        if is_numpy_namespace(xp) and isinstance(self.coef_, np.ndarray):
-            scores = op.matmul(self.coef_.T) + self.intercept_
-            return (
-                (scores.ravel() if scores.shape[1] == 1 else scores),
-                xp,
-                xp_in,
-                device_in,
-            )
         # Parameters go to where the data is (they are small).
         coef = asarray_on(self.coef_, xp, op.device)
         b = asarray_on(self.intercept_, xp, op.device)
-        if coef.shape[0] == 1:
-            return op.matmul(coef[0, :]) + b[0], xp, xp_in, device_in
-        return op.matmul(xp.matrix_transpose(coef)) + b, xp, xp_in, device_in
+        scores = op.matmul(xp.matrix_transpose(coef)) + b
+        return (scores[:, 0] if scores.shape[1] == 1 else scores), xp, caller
 
     def predict(self, X):
         """Predict class labels.
@@ -482,13 +471,7 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
         y_pred : ndarray of shape (n_samples,)
             Predicted labels, taken from ``classes_``.
         """
-        scores, xp, xp_in, device_in = self._scores(X)
-        if is_numpy_namespace(xp):
-            if scores.ndim == 1:
-                indices = (scores > 0).astype(np.intp)
-            else:
-                indices = scores.argmax(axis=1)
-            return _to_caller(self.classes_[indices], xp, xp_in, device_in)
+        scores, xp, caller = self._scores(X)
         if scores.ndim == 1:
             indices = xp.astype(scores > 0, xp.int64)
         else:
@@ -498,7 +481,7 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
             return self.classes_[to_numpy(indices)]
         # device_of, not scores.device: Dask arrays have no .device attribute.
         labels = xp.take(asarray_on(self.classes_, xp, device_of(scores)), indices)
-        return _to_caller(labels, xp, xp_in, device_in)
+        return caller.give(labels)
 
     def predict_proba(self, X):
         """Class probabilities (sigmoid for binary, softmax for multinomial).
@@ -514,14 +497,12 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
         proba : ndarray of shape (n_samples, n_classes)
             Probability of each class, in the order of ``classes_``.
         """
-        scores, xp, xp_in, device_in = self._scores(X)
-        if is_numpy_namespace(xp):
-            if scores.ndim == 1:
-                p = expit(scores)
-                return _to_caller(np.column_stack([1.0 - p, p]), xp, xp_in, device_in)
-            return _to_caller(softmax(scores, axis=1), xp, xp_in, device_in)
-        log_proba = _log_proba_xp(xp, scores)
-        return _to_caller(xp.exp(log_proba), xp, xp_in, device_in)
+        scores, xp, caller = self._scores(X)
+        f = _special(xp)
+        if scores.ndim == 1:
+            p = f.expit(scores)
+            return caller.give(xp.stack([1.0 - p, p], axis=1))
+        return caller.give(f.softmax(scores))
 
     def predict_log_proba(self, X):
         """Logarithm of the class probabilities, computed stably.
@@ -537,36 +518,15 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
         log_proba : ndarray of shape (n_samples, n_classes)
             Log-probability of each class, in the order of ``classes_``.
         """
-        scores, xp, xp_in, device_in = self._scores(X)
-        if is_numpy_namespace(xp):
-            if scores.ndim == 1:
-                out = np.column_stack([log_expit(-scores), log_expit(scores)])
-            else:
-                out = log_softmax(scores, axis=1)
-            return _to_caller(out, xp, xp_in, device_in)
-        return _to_caller(_log_proba_xp(xp, scores), xp, xp_in, device_in)
+        scores, xp, caller = self._scores(X)
+        f = _special(xp)
+        if scores.ndim == 1:
+            out = xp.stack([f.log_expit(-scores), f.log_expit(scores)], axis=1)
+        else:
+            out = f.log_softmax(scores)
+        return caller.give(out)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         return tags
-
-
-def _log_proba_xp(xp, scores):
-    """Stable log-probabilities of device scores (sigmoid or softmax)."""
-    if scores.ndim == 1:
-        zero = xp.zeros_like(scores)
-        # log sigmoid(z) = -log(1 + exp(-z)).
-        return xp.stack(
-            [-xp.logaddexp(zero, scores), -xp.logaddexp(zero, -scores)], axis=1
-        )
-    top = xp.max(scores, axis=1, keepdims=True)
-    shifted = scores - top
-    return shifted - xp.log(xp.sum(xp.exp(shifted), axis=1, keepdims=True))
-
-
-def _to_caller(out, xp, xp_in, device_in):
-    """``out`` (computed in ``xp``) in the caller's namespace and on its device."""
-    if xp is xp_in or (is_numpy_namespace(xp) and is_numpy_namespace(xp_in)):
-        return out
-    return asarray_on(out, xp_in, device_in)

@@ -4,7 +4,13 @@ Every function here is a pure function over the operator protocol
 (:class:`~ilargi_sklearn.dataset.Operator`): the data enter only through
 ``op.matmul`` (``T @ W``) and ``op.rmatmul`` (``T.T @ G``), so one kernel serves the
 factorized plan (a normalized matrix over several sources) and the materialized
-plan (a plain matrix) alike.
+plan (a plain matrix) alike, in any array namespace: ``xp`` is the operator's
+(NumPy, CuPy, ``array_api_strict``, Dask). The n-length arrays (raw predictions,
+pointwise losses and gradients, targets, weights) live where the operator does; the
+flat parameters (host, float64, what scipy's L-BFGS works on) cross once per
+evaluation. NumPy gets two faster variants, each chosen in one place: the elementwise
+functions of SciPy (:func:`_special`) and, for the binary logistic loss, a compiled
+row pass (:func:`_fast_objective`).
 
 The objective is scikit-learn's ``LinearModelLoss``::
 
@@ -30,7 +36,7 @@ import weakref
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.special import expit, logsumexp
+from scipy.special import expit, log_expit, log_softmax, logsumexp, softmax
 
 from ilargi_sklearn._backend import _launcher
 from ilargi_sklearn._backend._launcher import CompiledUnavailable, numba_available
@@ -90,39 +96,121 @@ def _l2_penalty(coef, g_coef, l2_reg_strength):
     return 0.5 * l2_reg_strength * float(np.sum(coef * coef))
 
 
+class _StandardSpecial:
+    """The elementwise functions of the losses in any array-API namespace.
+
+    Written with the standard's functions only, each stable for large ``|z|``.
+    """
+
+    def __init__(self, xp):
+        self.xp = xp
+
+    def log1pexp(self, z):
+        """``log(1 + exp(z))``."""
+        return self.xp.logaddexp(self.xp.zeros_like(z), z)
+
+    def expit(self, z):
+        """The logistic sigmoid, as ``exp(-log(1 + exp(-z)))`` (no overflow)."""
+        return self.xp.exp(-self.log1pexp(-z))
+
+    def log_expit(self, z):
+        """``log(expit(z)) = -log(1 + exp(-z))``."""
+        return -self.log1pexp(-z)
+
+    def logsumexp(self, raw):
+        """``log(sum(exp(raw), axis=1))``, shifted by the row maxima."""
+        xp = self.xp
+        top = xp.max(raw, axis=1)
+        return top + xp.log(xp.sum(xp.exp(raw - top[:, None]), axis=1))
+
+    def log_softmax(self, raw):
+        return raw - self.logsumexp(raw)[:, None]
+
+    def softmax(self, raw):
+        return self.xp.exp(self.log_softmax(raw))
+
+    def rowdot(self, a, b):
+        """``sum(a * b, axis=1)``."""
+        return self.xp.sum(a * b, axis=1)
+
+
+class _NumpySpecial:
+    """:class:`_StandardSpecial` on NumPy, by SciPy's and NumPy's own kernels.
+
+    One pass each without temporaries (``expit``, ``logsumexp`` and the row dot
+    products of ``einsum``), and the same functions as scikit-learn's losses, so
+    NumPy results round as scikit-learn's do.
+    """
+
+    @staticmethod
+    def log1pexp(z):
+        return np.logaddexp(0.0, z)
+
+    expit = staticmethod(expit)
+    log_expit = staticmethod(log_expit)
+
+    @staticmethod
+    def logsumexp(raw):
+        return logsumexp(raw, axis=1)
+
+    @staticmethod
+    def log_softmax(raw):
+        return log_softmax(raw, axis=1)
+
+    @staticmethod
+    def softmax(raw):
+        return softmax(raw, axis=1)
+
+    @staticmethod
+    def rowdot(a, b):
+        return np.einsum("ij,ij->i", a, b)
+
+
+def _special(xp):
+    """The elementwise functions of the losses for namespace ``xp``: SciPy's on
+    NumPy (the standard has no ``expit`` or ``logsumexp``), standard-only elsewhere.
+    """
+    if is_numpy_namespace(xp):
+        return _NumpySpecial
+    return _StandardSpecial(xp)
+
+
 def _raw_prediction(op, coef, intercept):
     """``T @ coef.T + intercept`` as float64 of shape (n_samples, n_outputs).
 
     The product runs in the operator's dtype (a float32 operator stays float32:
     mixing dtypes would make NumPy upcast a copy of the whole matrix on each call);
-    the cheap per-sample arithmetic after it runs in float64.
+    the cheap per-sample arithmetic after it runs in float64. The parameters
+    (host arrays) go to the operator's device.
     """
-    dtype = op.dtype
+    xp, device = op.xp, op.device
+    coef = asarray_on(coef, xp, device, op.dtype)
     if coef.shape[0] == 1:
         # One output: a 1-D right-hand side takes the faster gather path.
-        raw = op.matmul(coef[0].astype(dtype, copy=False))[:, None]
+        raw = op.matmul(coef[0, :])[:, None]
     else:
-        raw = op.matmul(coef.T.astype(dtype, copy=False))
-    raw = np.asarray(raw, dtype=np.float64)
+        raw = op.matmul(xp.matrix_transpose(coef))
+    raw = xp.astype(raw, xp.float64, copy=False)
     if intercept is not None:
-        raw = raw + intercept
+        raw = raw + asarray_on(intercept, xp, device, np.float64)
     return raw
 
 
-def _pointwise(raw, y, loss):
+def _pointwise(xp, raw, y, loss):
     """Pointwise losses (n_samples,) and their gradients (n_samples, n_outputs)."""
+    f = _special(xp)
     if loss == "squared":
         residual = raw - y
-        return 0.5 * np.einsum("ij,ij->i", residual, residual), residual
+        return 0.5 * f.rowdot(residual, residual), residual
     if loss == "binomial":
         z = raw[:, 0]
         # log(1 + exp(z)) - y z, stable for large |z|.
-        values = np.logaddexp(0.0, z) - y * z
-        return values, (expit(z) - y)[:, None]
+        values = f.log1pexp(z) - y * z
+        return values, (f.expit(z) - y)[:, None]
     if loss == "multinomial":
-        lse = logsumexp(raw, axis=1)
-        values = lse - np.einsum("ij,ij->i", y, raw)
-        proba = np.exp(raw - lse[:, None])
+        lse = f.logsumexp(raw)
+        values = lse - f.rowdot(y, raw)
+        proba = xp.exp(raw - lse[:, None])
         return values, proba - y
     raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
 
@@ -135,15 +223,15 @@ def _loss_and_grad(
     Parameters
     ----------
     w : ndarray of shape (n_outputs * (n_features + fit_intercept),)
-        Flat parameters (see the module docstring for the layout).
+        Flat parameters (see the module docstring for the layout), on the host.
     op : Operator
         The design matrix ``T`` of shape (n_samples, n_features).
-    y : ndarray
-        Targets in the loss' encoding: shape (n_samples,) with values in {0, 1} for
-        ``"binomial"``, one-hot (n_samples, n_classes) for ``"multinomial"``,
-        (n_samples, n_outputs) for ``"squared"``.
-    sample_weight : ndarray of shape (n_samples,) or None
-        Sample weights; None for unit weights.
+    y : array
+        Targets in the loss' encoding, where ``op`` lives: shape (n_samples,) with
+        values in {0, 1} for ``"binomial"``, one-hot (n_samples, n_classes) for
+        ``"multinomial"``, (n_samples, n_outputs) for ``"squared"``.
+    sample_weight : array of shape (n_samples,) or None
+        Sample weights where ``op`` lives; None for unit weights.
     sw_sum : float
         ``sum(sample_weight)`` (``n_samples`` for unit weights).
     l2_reg_strength : float
@@ -160,51 +248,50 @@ def _loss_and_grad(
     value : float
         ``loss(w)``.
     grad : ndarray of the shape of ``w``, float64
-        Its gradient. The coefficient part is
+        Its gradient, on the host. The coefficient part is
         ``T^T (s * dloss/draw) / s_sum + l2_reg_strength * W``: one ``rmatmul``.
     """
-    if loss == "binomial" and numba_available():
-        fused = _fused_binomial_plan(op)
-        if fused is not None:
-            try:
-                return fused.loss_and_grad(
-                    w, y, sample_weight, sw_sum, l2_reg_strength, fit_intercept
-                )
-            except CompiledUnavailable:
-                pass  # numba cannot compile here: the NumPy code below runs
-    if not is_numpy_namespace(op.xp):
-        return _loss_and_grad_xp(
-            w,
-            op,
-            y,
-            sample_weight,
-            sw_sum,
-            l2_reg_strength,
-            fit_intercept,
-            n_outputs,
-            loss,
-        )
+    fast = _fast_objective(op, loss)
+    if fast is not None:
+        try:
+            return fast(w, y, sample_weight, sw_sum, l2_reg_strength, fit_intercept)
+        except CompiledUnavailable:
+            pass  # numba cannot compile here: the array code below runs
+    xp = op.xp
     n_features = op.n_cols
     coef, intercept = _split_coef(w, n_features, n_outputs, fit_intercept)
     raw = _raw_prediction(op, coef, intercept)
-    values, grad_raw = _pointwise(raw, y, loss)
+    values, grad_raw = _pointwise(xp, raw, y, loss)
     if sample_weight is not None:
         values = values * sample_weight
         grad_raw = grad_raw * sample_weight[:, None]
     grad_raw /= sw_sum
-    value = float(values.sum() / sw_sum)
+    value = float(xp.sum(values)) / sw_sum
 
     grad = np.empty_like(w, dtype=np.float64)
     g_coef, g_intercept = _split_coef(grad, n_features, n_outputs, fit_intercept)
-    rhs = grad_raw.astype(op.dtype, copy=False)
+    rhs = xp.astype(grad_raw, namespace_dtype(xp, op.dtype), copy=False)
     if n_outputs == 1:
-        g_coef[0] = op.rmatmul(rhs[:, 0])
+        g_coef[0] = to_numpy(op.rmatmul(rhs[:, 0]))
     else:
-        g_coef[:] = op.rmatmul(rhs).T
+        g_coef[:] = to_numpy(op.rmatmul(rhs)).T
     value += _l2_penalty(coef, g_coef, l2_reg_strength)
     if fit_intercept:
-        g_intercept[:] = grad_raw.sum(axis=0)
+        g_intercept[:] = to_numpy(xp_column_sums(grad_raw, xp))
     return value, grad
+
+
+def _fast_objective(op, loss):
+    """The compiled objective of ``op`` for ``loss``, or None (the array code runs).
+
+    Only the binary logistic loss of a NumPy operator has one
+    (:class:`_FusedBinomial`): its gradient sums are accumulated in the same row
+    pass as the predictions, where the array code makes four n-length passes.
+    """
+    if loss != "binomial" or not numba_available():
+        return None
+    plan = _fused_binomial_plan(op)
+    return None if plan is None else plan.loss_and_grad
 
 
 # ------------------------------------------------ the compiled binomial objective
@@ -257,7 +344,8 @@ _COLUMN_MAJOR_MAX_COLS = 12
 
 
 def _fused_binomial_plan(op):
-    """A :class:`_FusedBinomial` for ``op``, or None (the NumPy code then runs)."""
+    """A :class:`_FusedBinomial` for ``op``, or None (the array code of
+    :func:`_loss_and_grad` then runs)."""
     plan = _binomial_plans.get(op, False)
     if plan is False:
         layout = _glm_layout(op)
@@ -411,69 +499,6 @@ class _FusedBinomial:
         return value, grad
 
 
-def _sigmoid_xp(xp, z):
-    # exp(-log(1 + exp(-z))): no overflow for large |z|.
-    return xp.exp(-xp.logaddexp(xp.zeros_like(z), -z))
-
-
-def _logsumexp_xp(xp, raw):
-    top = xp.max(raw, axis=1)
-    return top + xp.log(xp.sum(xp.exp(raw - top[:, None]), axis=1))
-
-
-def _loss_and_grad_xp(
-    w, op, y, sample_weight, sw_sum, l2_reg_strength, fit_intercept, n_outputs, loss
-):
-    """:func:`_loss_and_grad` for an operator on a device (CuPy, array_api_strict).
-
-    ``y`` and ``sample_weight`` live where ``op`` does; the n-length arrays (raw
-    predictions, pointwise losses and gradients) stay there. Only the flat
-    parameters (host, float64, what scipy's L-BFGS works on) cross: coefficients
-    go to the device, the gradient's parameter-sized part comes back.
-    """
-    xp, dev = op.xp, op.device
-    n_features = op.n_cols
-    coef, intercept = _split_coef(w, n_features, n_outputs, fit_intercept)
-    f64 = xp.float64
-    coef_d = asarray_on(coef, xp, dev, op.dtype)
-    if n_outputs == 1:
-        raw = xp.astype(op.matmul(coef_d[0, :]), f64)[:, None]
-    else:
-        raw = xp.astype(op.matmul(xp.matrix_transpose(coef_d)), f64)
-    if intercept is not None:
-        raw = raw + asarray_on(intercept, xp, dev, np.float64)
-    if loss == "squared":
-        grad_raw = raw - y
-        values = 0.5 * xp.sum(grad_raw * grad_raw, axis=1)
-    elif loss == "binomial":
-        z = raw[:, 0]
-        values = xp.logaddexp(xp.zeros_like(z), z) - y * z
-        grad_raw = (_sigmoid_xp(xp, z) - y)[:, None]
-    elif loss == "multinomial":
-        lse = _logsumexp_xp(xp, raw)
-        values = lse - xp.sum(y * raw, axis=1)
-        grad_raw = xp.exp(raw - lse[:, None]) - y
-    else:
-        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
-    if sample_weight is not None:
-        values = values * sample_weight
-        grad_raw = grad_raw * sample_weight[:, None]
-    grad_raw = grad_raw / sw_sum
-    value = float(xp.sum(values)) / sw_sum
-
-    grad = np.empty_like(w, dtype=np.float64)
-    g_coef, g_intercept = _split_coef(grad, n_features, n_outputs, fit_intercept)
-    rhs = xp.astype(grad_raw, namespace_dtype(xp, op.dtype))
-    if n_outputs == 1:
-        g_coef[0] = to_numpy(op.rmatmul(rhs[:, 0]))
-    else:
-        g_coef[:] = to_numpy(op.rmatmul(rhs)).T
-    value += _l2_penalty(coef, g_coef, l2_reg_strength)
-    if fit_intercept:
-        g_intercept[:] = to_numpy(xp_column_sums(grad_raw, xp))
-    return value, grad
-
-
 def _lipschitz_constant(
     op, sample_weight, sw_sum, l2_reg_strength, fit_intercept, loss, n_power_iter=10
 ):
@@ -491,23 +516,10 @@ def _lipschitz_constant(
     """
     n_features = op.n_cols
     n_params = n_features + int(fit_intercept)
-    xp = op.xp
-    if is_numpy_namespace(xp):
-        to_op, to_host, xsum = _numpy_io(op.dtype)
-    else:
-        # n-length products stay on the device; the power-iteration vector is
-        # parameter-sized and lives on the host.
-        dev = op.device
-
-        def to_op(a):
-            return asarray_on(a, xp, dev, op.dtype)
-
-        def to_host(a):
-            return to_numpy(a)
-
-        def xsum(a):
-            return float(xp.sum(a))
-
+    # n-length products stay where the operator is; the power-iteration vector is
+    # parameter-sized and lives on the host.
+    xp, device, dtype = op.xp, op.device, op.dtype
+    op_dtype = namespace_dtype(xp, dtype)
     v = np.random.default_rng(0).standard_normal(n_params)
     lam = 0.0
     for _ in range(n_power_iter):
@@ -515,41 +527,19 @@ def _lipschitz_constant(
         if norm == 0:
             break
         v /= norm
-        Av = op.matmul(to_op(v[:n_features]))
-        Av = _f64(xp, Av)
+        Av = op.matmul(asarray_on(v[:n_features], xp, device, dtype))
+        Av = xp.astype(Av, xp.float64, copy=False)
         if fit_intercept:
             Av = Av + float(v[n_features])
         if sample_weight is not None:
             Av = Av * sample_weight
         u = np.empty(n_params)
-        u[:n_features] = to_host(op.rmatmul(_cast(xp, Av, op.dtype)))
+        u[:n_features] = to_numpy(op.rmatmul(xp.astype(Av, op_dtype, copy=False)))
         if fit_intercept:
-            u[n_features] = xsum(Av)
+            u[n_features] = float(xp.sum(Av))
         lam = float(v @ u)
         v = u
     return _CURVATURE[loss] * lam / sw_sum + l2_reg_strength
-
-
-def _numpy_io(dtype):
-    def to_op(a):
-        return a.astype(dtype)
-
-    def xsum(a):
-        return float(a.sum())
-
-    return to_op, np.asarray, xsum
-
-
-def _f64(xp, a):
-    if is_numpy_namespace(xp):
-        return np.asarray(a, dtype=np.float64)
-    return xp.astype(a, xp.float64)
-
-
-def _cast(xp, a, dtype):
-    if is_numpy_namespace(xp):
-        return a.astype(dtype, copy=False)
-    return xp.astype(a, namespace_dtype(xp, dtype))
 
 
 def _gradient_descent(loss_and_grad, w0, args, learning_rate, max_iter, tol):

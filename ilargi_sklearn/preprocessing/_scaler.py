@@ -11,40 +11,56 @@ from sklearn.base import (
     _fit_context,
 )
 from sklearn.utils._param_validation import StrOptions
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted
+from sklearn.utils.validation import check_is_fitted
 
-from ilargi_sklearn._backend._namespace import (
-    asarray_on,
-    is_numpy_namespace,
-    numpy_dtype,
-    to_numpy,
-)
+from ilargi_sklearn._backend._namespace import asarray_on, namespace_dtype, to_numpy
 from ilargi_sklearn.dataset import AffineOperator, MultiSourceDataset
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
+    Caller,
     DeviceMixin,
-    input_namespace,
+    validate_fit_inputs,
     validate_X,
 )
 
 __all__ = ["FactorizedStandardScaler"]
 
 
-def _mean_var(op, sample_weight):
-    """Weighted column means and (biased) variances from factorized column sums."""
-    xp = op.xp
-    if is_numpy_namespace(xp):
-        w_sum = float(op.n_rows if sample_weight is None else np.sum(sample_weight))
-        mean = op.col_sums(sample_weight) / w_sum
-        sq = op.col_sq_sums(sample_weight) / w_sum
-    else:
-        # The n-length reductions run on the device; the (n_features,) sums come
-        # back to the host, where the fitted statistics are finished in float64.
-        w_sum = float(op.n_rows if sample_weight is None else xp.sum(sample_weight))
-        mean = np.asarray(to_numpy(op.col_sums(sample_weight)), np.float64) / w_sum
-        sq = np.asarray(to_numpy(op.col_sq_sums(sample_weight)), np.float64) / w_sum
+def _mean_var(op, sample_weight, w_sum):
+    """Weighted column means and (biased) variances from factorized column sums.
+
+    The n-length reductions run where ``op`` lives; the (n_features,) sums come
+    to the host, where the statistics are finished in the sums' dtype.
+    """
+    mean = to_numpy(op.col_sums(sample_weight)) / w_sum
+    sq = to_numpy(op.col_sq_sums(sample_weight)) / w_sum
     var = np.maximum(sq - mean * mean, 0.0)
-    return mean, var, w_sum
+    return mean, var
+
+
+def _affine(op, offset, factor, *, inverse, centered):
+    """``(A - offset) * factor``, or ``A / factor + offset`` when ``inverse``, of
+    the matrix of ``op`` (``offset`` and ``factor`` host float64 vectors).
+
+    Dense data are transformed where they live, in float64, and rounded once to
+    their dtype. A SciPy sparse matrix is only scaled, by a diagonal product that
+    keeps it sparse; ``centered`` (a fit with ``with_mean``) raises for it, as in
+    scikit-learn.
+    """
+    A = op.A
+    if sp.issparse(A):
+        if centered:
+            what = "uncenter" if inverse else "center"
+            raise ValueError(
+                f"Cannot {what} sparse matrices: pass `with_mean=False` instead."
+            )
+        d = 1.0 / factor if inverse else factor
+        return sp.csr_matrix(A @ sp.diags(d.astype(A.dtype)))
+    xp, device = op.xp, op.device
+    offset = asarray_on(offset, xp, device)
+    factor = asarray_on(factor, xp, device)
+    out = A / factor + offset if inverse else (A - offset) * factor
+    return xp.astype(out, namespace_dtype(xp, op.dtype), copy=False)
 
 
 class FactorizedStandardScaler(
@@ -154,9 +170,9 @@ class FactorizedStandardScaler(
         self : object
             Fitted scaler.
         """
-        op = validate_X(self, X, reset=True, device=self.device)
-        xp = op.xp
-        on_device = not is_numpy_namespace(xp)
+        op, _, sample_weight, w_sum, _ = validate_fit_inputs(
+            self, X, None, sample_weight
+        )
         if (
             self.with_mean
             and sp.issparse(getattr(op, "A", None))
@@ -166,15 +182,7 @@ class FactorizedStandardScaler(
                 "Cannot center sparse matrices: pass `with_mean=False` instead, or wrap "
                 "the data in a MultiSourceDataset, which centers implicitly."
             )
-        if sample_weight is not None:
-            if on_device and hasattr(sample_weight, "shape"):
-                sample_weight = to_numpy(sample_weight)
-            sample_weight = _check_sample_weight(
-                sample_weight, np.empty(op.n_rows), dtype=np.float64
-            )
-            if on_device:
-                sample_weight = asarray_on(sample_weight, xp, op.device)
-        mean, var, w_sum = _mean_var(op, sample_weight)
+        mean, var = _mean_var(op, sample_weight, w_sum)
         dtype = op.dtype
         self.n_samples_seen_ = op.n_rows if sample_weight is None else w_sum
         self.mean_ = mean.astype(dtype) if (self.with_mean or self.with_std) else None
@@ -189,12 +197,11 @@ class FactorizedStandardScaler(
         else:
             self.var_ = None
             self.scale_ = None
-        if on_device:
-            # Fitted attributes stay where the fit ran.
-            for name in ("mean_", "var_", "scale_"):
-                value = getattr(self, name)
-                if value is not None:
-                    setattr(self, name, asarray_on(value, xp, op.device))
+        # Fitted attributes stay where the fit ran.
+        for name in ("mean_", "var_", "scale_"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, asarray_on(value, op.xp, op.device))
         return self
 
     def _offset_scale(self):
@@ -226,26 +233,12 @@ class FactorizedStandardScaler(
             validate_X(self, X, reset=False)
             offset, inv = self._offset_scale()
             return X._like(AffineOperator(X.operator, inv, offset))
-        xp_in, device_in = input_namespace(X)
+        caller = Caller(X)
         op = validate_X(self, X, reset=False, device=self.device)
         offset, inv = self._offset_scale()
-        A = op.A
-        xp = op.xp
-        if not is_numpy_namespace(xp):
-            dt = numpy_dtype(A.dtype)
-            out = (A - asarray_on(offset, xp, op.device, dt)) * asarray_on(
-                inv, xp, op.device, dt
-            )
-            return _to_caller(out, xp, xp_in, device_in)
-        if sp.issparse(A):
-            if self.with_mean:
-                raise ValueError(
-                    "Cannot center sparse matrices: pass `with_mean=False` instead."
-                )
-            out = sp.csr_matrix(A @ sp.diags(inv.astype(A.dtype)))
-            return _to_caller(out, xp, xp_in, device_in)
-        out = ((A - offset) * inv).astype(A.dtype, copy=False)
-        return _to_caller(out, xp, xp_in, device_in)
+        return caller.give(
+            _affine(op, offset, inv, inverse=False, centered=self.with_mean)
+        )
 
     def inverse_transform(self, X, copy=None):
         """Undo the scaling of an array (datasets: call on the materialized array).
@@ -266,26 +259,12 @@ class FactorizedStandardScaler(
             raise TypeError(
                 "inverse_transform takes arrays; call it on X.materialize() for a dataset."
             )
-        xp_in, device_in = input_namespace(X)
+        caller = Caller(X)
         op = validate_X(self, X, reset=False, device=self.device)
         offset, inv = self._offset_scale()
-        A = op.A
-        xp = op.xp
-        if not is_numpy_namespace(xp):
-            dt = numpy_dtype(A.dtype)
-            out = A / asarray_on(inv, xp, op.device, dt) + asarray_on(
-                offset, xp, op.device, dt
-            )
-            return _to_caller(out, xp, xp_in, device_in)
-        if sp.issparse(A):
-            if self.with_mean:
-                raise ValueError(
-                    "Cannot uncenter sparse matrices: pass `with_mean=False` instead."
-                )
-            out = sp.csr_matrix(A @ sp.diags((1.0 / inv).astype(A.dtype)))
-            return _to_caller(out, xp, xp_in, device_in)
-        out = (A / inv + offset).astype(A.dtype, copy=False)
-        return _to_caller(out, xp, xp_in, device_in)
+        return caller.give(
+            _affine(op, offset, inv, inverse=True, centered=self.with_mean)
+        )
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -293,10 +272,3 @@ class FactorizedStandardScaler(
         tags.input_tags.sparse = not self.with_mean
         tags.input_tags.allow_nan = False
         return tags
-
-
-def _to_caller(out, xp, xp_in, device_in):
-    """``out`` (computed in ``xp``) in the caller's namespace and on its device."""
-    if xp is xp_in or (is_numpy_namespace(xp) and is_numpy_namespace(xp_in)):
-        return out
-    return asarray_on(out, xp_in, device_in)

@@ -311,3 +311,74 @@ def _check_non_negative_operator(op: Operator, name: str) -> None:
             vals = S if isinstance(S, np.ndarray) else S.data
             if vals.size and vals.min() < 0:
                 raise ValueError(f"Negative values in data passed to {name}.")
+
+
+def host_array(a: Any) -> Any:
+    """``a`` on the host for scikit-learn's checks: an array of another namespace
+    (CuPy, ``array_api_strict``, Dask) becomes NumPy; NumPy arrays, lists, pandas
+    objects and scalars are returned as they are."""
+    return a if _is_host(a) else to_numpy(a)
+
+
+def validate_fit_inputs(
+    estimator: Any,
+    X: Any,
+    y: Any = None,
+    sample_weight: Any = None,
+    *,
+    target: Any = None,
+    strategy: str = "factorized",
+) -> tuple[Operator, Any, Any, float, Caller]:
+    """The fit preamble: validate ``X``, ``y`` and ``sample_weight`` once and place
+    them on the estimator's device (its ``device`` parameter).
+
+    Parameters
+    ----------
+    estimator : estimator
+        Sets ``n_features_in_`` (and ``feature_names_in_``) as :func:`validate_X`
+        with ``reset=True``.
+    X : {array-like, sparse matrix, MultiSourceDataset}
+    y : array-like, optional
+        Required when ``target`` is given.
+    sample_weight : array-like of shape (n_samples,), float or None
+        Checked by scikit-learn's ``_check_sample_weight`` on the host (a device
+        array crosses once), then moved to ``op``'s device.
+    target : callable, optional
+        ``target(estimator, y, op)`` validates ``y``, checks its rows and places it
+        on ``op``'s device. None: ``y`` is ignored (transformers).
+    strategy : {"factorized", "materialized"}, default="factorized"
+
+    Returns
+    -------
+    op : Operator
+        The design matrix, on the estimator's device.
+    y : object
+        What ``target`` returned (None without one).
+    sample_weight : array of shape (n_samples,) or None
+        float64 weights on ``op``'s device; None for unit weights.
+    sw_sum : float
+        ``sum(sample_weight)`` (``n_samples`` for unit weights), summed on the host.
+    caller : Caller
+        Where ``X`` came from (made before ``X`` was moved).
+    """
+    from sklearn.utils.validation import _check_sample_weight
+
+    caller = Caller(X)
+    op = validate_X(
+        estimator, X, reset=True, strategy=strategy, device=estimator.device
+    )
+    if target is not None:
+        if y is None:
+            raise ValueError(
+                f"{type(estimator).__name__} requires y to be passed, but the target "
+                "y is None."
+            )
+        y = target(estimator, y, op)
+    sw_sum = float(op.n_rows)
+    if sample_weight is not None:
+        sample_weight = _check_sample_weight(
+            host_array(sample_weight), op, dtype=np.float64
+        )
+        sw_sum = float(np.sum(sample_weight))
+        sample_weight = asarray_on(sample_weight, op.xp, op.device)
+    return op, y, sample_weight, sw_sum, caller
