@@ -1019,7 +1019,8 @@ def _initialize_gnmf(op, n_components, init=None, eps=1e-6, random_state=None):
         # W's draws first, then H's, in the row-major order of their zeros.
         W, H = (_fill_random_zeros(xp, A, avg, rng) for A in (W, H))
     dtype = namespace_dtype(xp, dtype)
-    return xp.astype(W, dtype), xp.astype(H, dtype)
+    W = W if W.dtype == dtype else xp.astype(W, dtype)
+    return W, (H if H.dtype == dtype else xp.astype(H, dtype))
 
 
 def _fill_random_zeros(xp, A, avg, rng):
