@@ -817,12 +817,12 @@ def _svd_plan(op, n_components, n_oversamples):
     return n_random, n_iter, transpose, op.matmul, op.rmatmul, n_features
 
 
-def _range_finder_linalg(xp, n_iter):
+def _range_finder_linalg(xp):
     """``(normalize, orthonormalize, svd)`` of :func:`_randomized_svd` in ``xp``.
 
     On NumPy these are scikit-learn's own (``_randomized_range_finder`` with
-    ``power_iteration_normalizer="auto"``: SciPy's LU between the power iterations
-    when ``n_iter > 2``, Householder QR at the end, LAPACK's ``gesdd``), so that
+    ``power_iteration_normalizer="auto"``: SciPy's LU between the power iterations,
+    as ``n_iter`` is 4 or 7, Householder QR at the end, LAPACK's ``gesdd``), so that
     the result, and with it the seeded NNDSVD initializations, equals scikit-learn's
     ``randomized_svd`` on the joined matrix up to rounding. Other namespaces
     normalize by Cholesky QR on their device (:func:`_orthonormal`) instead of a
@@ -840,7 +840,7 @@ def _range_finder_linalg(xp, n_iter):
         def svd(B):
             return linalg.svd(B, full_matrices=False, lapack_driver="gesdd")
 
-        return (lu if n_iter > 2 else None), qr, svd
+        return lu, qr, svd
 
     def orthonormal(A):
         return _orthonormal(xp, A)
@@ -848,7 +848,7 @@ def _range_finder_linalg(xp, n_iter):
     def svd(B):
         return xp.linalg.svd(B, full_matrices=False)
 
-    return (orthonormal if n_iter > 2 else None), orthonormal, svd
+    return orthonormal, orthonormal, svd
 
 
 def _orthonormal(xp, Q):
@@ -911,14 +911,9 @@ def _randomized_svd(op, n_components, random_state, n_oversamples=10):
     Q = random_state.normal(size=(n_cols, n_random))
     dtype = np.float32 if op.dtype == np.float32 else np.float64
     Q = asarray_on(Q.astype(dtype, copy=False), xp, op.device)
-    normalize, orthonormalize, svd = _range_finder_linalg(xp, n_iter)
+    normalize, orthonormalize, svd = _range_finder_linalg(xp)
     for _ in range(n_iter):
-        Q = matmul(Q)
-        if normalize is not None:
-            Q = normalize(Q)
-        Q = rmatmul(Q)
-        if normalize is not None:
-            Q = normalize(Q)
+        Q = normalize(rmatmul(normalize(matmul(Q))))
     Q = orthonormalize(matmul(Q))
     Uhat, s, Vt = svd(xp.matrix_transpose(rmatmul(Q)))
     U = Q @ Uhat
@@ -1094,7 +1089,8 @@ class FactorizedGNMF(
         to the CPU's LU-normalized ones up to rounding). ``components_`` stays
         where the fit ran; ``fit_transform``/``transform`` return ``W`` in the
         caller's array type; pickles hold NumPy arrays. "gpu" without a usable
-        GPU raises a :class:`~ilargi_sklearn.DeviceUnavailableError` (a
+        GPU raises a
+        :class:`~ilargi_sklearn._backend._plan.DeviceUnavailableError` (a
         ``RuntimeError``) with the probe's reason.
 
     Attributes
