@@ -435,3 +435,49 @@ def test_blocked_numerator_under_scaling_layer(monkeypatch, scenario, k):
         rtol,
         "transform",
     )
+
+
+# ------------------------------------------------- one kernel, three W updates
+def test_w_update_picks_the_numpy_fast_variants():
+    # The blocked numerator on a NumPy factorized operator (its layout's dtype),
+    # the in-place row-block pass on other NumPy operators, the generic update on
+    # every other namespace.
+    from ilargi_sklearn.decomposition import _gnmf
+
+    xps = pytest.importorskip("array_api_strict")
+    ds = random_dataset(3, n_rows=120, scenario="left", nonneg=True)
+    W = np.ones((ds.shape[0], 2))
+    assert type(_gnmf._w_update(ds.operator, W)) is _gnmf._BlockedNumerator
+    assert type(_gnmf._w_update(ds.operator, W.astype(np.float32))) is (
+        _gnmf._HostProductNumerator
+    )
+    assert type(_gnmf._w_update(MatrixOperator(ds.materialize()), W)) is (
+        _gnmf._HostProductNumerator
+    )
+    dev = ds.to_device(xps.Device("device1"), namespace=xps).operator
+    Wd = xps.asarray(W, device=xps.Device("device1"))
+    assert type(_gnmf._w_update(dev, Wd)) is _gnmf._ProductNumerator
+
+
+@pytest.mark.parametrize("scenario", ["left", "overlap", "sparse", "float32"])
+@pytest.mark.parametrize("update_H", [True, False])
+def test_generic_w_update_on_numpy_matches_the_fast_variants(
+    monkeypatch, scenario, update_H
+):
+    # The namespace-generic W update, forced on NumPy data, gives the factors,
+    # iteration count and loss of the NumPy variants (the same kernel around it).
+    import ilargi_sklearn.decomposition._gnmf as gnmf_module
+
+    monkeypatch.setattr(gnmf_module, "_BLOCK_ELEMENTS", 1)
+    ds = random_dataset(8, n_rows=250, scenario=scenario, nonneg=True)
+    rtol = _rtol(ds.dtype)
+    W0, H0 = _init(*ds.shape, 3, dtype=ds.dtype, seed=4)
+    kw = dict(max_iter=30, tol=1e-4, update_H=update_H, return_error=True)
+    fast = _fit_op(ds.operator, W0, H0, **kw)
+    with monkeypatch.context() as m:
+        m.setattr(gnmf_module, "_w_update", gnmf_module._ProductNumerator)
+        generic = _fit_op(ds.operator, W0, H0, **kw)
+    assert generic[0].dtype == ds.dtype and generic[2] == fast[2]
+    _assert_rel_close(generic[0], fast[0], rtol, "W")
+    _assert_rel_close(generic[1], fast[1], rtol, "H")
+    np.testing.assert_allclose(generic[3], fast[3], rtol=rtol)

@@ -1,19 +1,33 @@
 """Gaussian NMF (Frobenius loss, multiplicative updates) on the operator protocol.
 
-The kernels are module-level functions over an
-:class:`~ilargi_sklearn.dataset.Operator`. They follow scikit-learn's
-``_fit_multiplicative_update`` for ``beta_loss="frobenius"`` step by step (update
-order W then H, ``EPSILON`` replacing zero denominators, the loss checked every ten
-iterations), with the only products that touch the data being ``T H^T`` (``matmul``)
-and ``T^T W`` (``rmatmul``). The Frobenius loss is assembled from ``||T||_F^2`` and
-small matrices, so the joined matrix is never built. On a NumPy factorized operator
-(:func:`~ilargi_sklearn.dataset._operators.fused_layout`) ``T H^T`` is not built
-either: the W update assembles it block by block from per-source tables
-(:class:`_BlockedNumerator`), which takes one n x k array off the peak memory.
+One kernel, :func:`_fit_multiplicative_update`, a function of an
+:class:`~ilargi_sklearn.dataset.Operator` and its array namespace ``xp``, runs the
+fit on NumPy, CuPy, ``array_api_strict`` and Dask operators alike. It follows
+scikit-learn's ``_fit_multiplicative_update`` for ``beta_loss="frobenius"`` step by
+step (update order W then H, ``EPSILON`` replacing zero denominators, the loss
+checked every ten iterations), with the only products that touch the data being
+``T H^T`` (``matmul``) and ``T^T W`` (``rmatmul``). The Frobenius loss is assembled
+from ``||T||_F^2`` and small matrices, so the joined matrix is never built.
+
+The W update, the step that reads the data, comes from one helper,
+:func:`_w_update`: the namespace-generic :class:`_ProductNumerator` (one
+``matmul`` per ``H``, whole-array operations) by default and, on NumPy, an in-place
+pass over row blocks with a compiled element-wise step; on a NumPy factorized
+operator (:func:`~ilargi_sklearn.dataset._operators.fused_layout`) ``T H^T`` is
+not built at all: :class:`_BlockedNumerator` assembles it block by block from
+per-source tables inside the pass (numba's ``mu_rows`` where it applies), which
+takes one n x k array off the peak memory.
+
+The initializations (:func:`_initialize_gnmf`, with the randomized SVD
+:func:`_randomized_svd` for NNDSVD) are namespace-generic too; the random draws
+always come from scikit-learn's host stream, and the NumPy-only factorizations
+that scikit-learn's ``randomized_svd`` uses are chosen in
+:func:`_range_finder_linalg`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
 from math import sqrt
@@ -31,7 +45,6 @@ from sklearn.base import (
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_array, check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.extmath import squared_norm, svd_flip
 from sklearn.utils.validation import check_is_fitted, check_non_negative
 
 from ilargi_sklearn._backend._launcher import (
@@ -48,6 +61,7 @@ from ilargi_sklearn._backend._namespace import (
     numpy_dtype,
     to_numpy,
 )
+from ilargi_sklearn._backend._plan import DEVICE_OPTIONS, STRATEGIES
 from ilargi_sklearn.dataset._operators import fused_layout
 from ilargi_sklearn.decomposition._gnmf_numba import (
     MU_ROWS_COLUMNS,
@@ -57,9 +71,8 @@ from ilargi_sklearn.decomposition._gnmf_numba import (
     segment_sum_rows,
 )
 from ilargi_sklearn.utils._validation import (
-    DEVICE_OPTIONS,
+    Caller,
     DeviceMixin,
-    _is_host,
     input_namespace,
     validate_X,
 )
@@ -73,9 +86,14 @@ EPSILON = np.finfo(np.float32).eps
 
 
 # --------------------------------------------------------------------------- kernels
-def _trace_dot(X, Y):
-    """``trace(X @ Y.T)``."""
-    return float(np.dot(X.ravel(), Y.ravel()))
+def _trace_dot(xp, X, Y):
+    """``trace(X @ Y.T)``: one dot product of the flattened arrays."""
+    return float(xp.reshape(X, (-1,)) @ xp.reshape(Y, (-1,)))
+
+
+def _gram(xp, W):
+    """``W^T W``."""
+    return xp.matrix_transpose(W) @ W
 
 
 def _data_mean(op):
@@ -101,36 +119,145 @@ def _frobenius_error(norm_X, W, H, XHt, WtW=None):
     ----------
     norm_X : float
         ``||T||_F^2``.
-    W : ndarray of shape (n_samples, n_components)
-    H : ndarray of shape (n_components, n_features)
-    XHt : ndarray of shape (n_samples, n_components)
+    W : array of shape (n_samples, n_components)
+    H : array of shape (n_components, n_features)
+    XHt : array of shape (n_samples, n_components)
         ``T @ H.T``.
-    WtW : ndarray of shape (n_components, n_components), default=None
+    WtW : array of shape (n_components, n_components), default=None
         ``W.T @ W`` when already known.
 
     Returns
     -------
     float
     """
+    xp = get_namespace(W)
     if WtW is None:
-        WtW = np.dot(W.T, W)
-    return _frobenius_error_from_cross(norm_X, WtW, H, _trace_dot(XHt, W))
+        WtW = _gram(xp, W)
+    return _frobenius_error_from_cross(xp, norm_X, WtW, H, _trace_dot(xp, XHt, W))
 
 
-def _frobenius_error_from_cross(norm_X, WtW, H, cross_prod):
+def _frobenius_error_from_cross(xp, norm_X, WtW, H, cross_prod):
     """:func:`_frobenius_error` from ``W^T W`` and ``cross_prod = trace(W^T T H^T)``."""
-    norm_WH = _trace_dot(np.dot(WtW, H), H)
+    norm_WH = _trace_dot(xp, WtW @ H, H)
     res = (norm_X + norm_WH - 2.0 * cross_prod) / 2.0
     # The expanded form can go a rounding error below zero at a perfect fit.
     return sqrt(2.0 * max(res, 0.0))
+
+
+def _guard(xp, denominator, eps):
+    """``denominator`` with its zeros replaced by ``eps`` (scikit-learn's guard)."""
+    return xp.where(denominator == 0, eps, denominator)
+
+
+def _t_ht(op, xp, H, dtype):
+    """``T @ H.T`` in ``dtype`` (one ``matmul``)."""
+    XHt = op.matmul(xp.matrix_transpose(H))
+    return XHt if XHt.dtype == dtype else xp.astype(XHt, dtype)
+
+
+# ------------------------------------------------------------ the W update (numerator)
+# The kernel reads the data only through a W-update object, made by _w_update:
+#
+#   use(H)                     H changed: products of the old H are stale
+#   update_w(W, HHt, gram, tw) W <- W o (T H^T) / (W H H^T); returns (W, W^T W or None)
+#   rmatmul(W)                 T^T W for the W of the latest update (tw=True)
+#   cross(W)                   trace(W^T T H^T) for the current H
+#   context()                  held around the whole fit
+class _ProductNumerator:
+    """The namespace-generic W update: ``T H^T`` from one ``matmul`` per ``H``,
+    kept until ``H`` changes, and whole-array operations on ``op``'s device.
+
+    On a device ``W`` (the n-length factor) and every n-length product
+    (``T H^T``, ``W H H^T``) stay there, and so do ``H`` and the small products, so
+    an iteration transfers nothing; only the loss (every ten iterations) crosses,
+    as scalars. ``op.hold`` settles a lazy (Dask) ``W`` once per iteration.
+    """
+
+    def __init__(self, op, W):
+        self.op = op
+        self.xp = op.xp
+        self.dtype = W.dtype
+        self.eps = self.xp.asarray(float(EPSILON), dtype=W.dtype, device=device_of(W))
+        self.H = None
+        self.XHt = None
+
+    def context(self):
+        return contextlib.nullcontext()
+
+    def use(self, H):
+        self.H = H
+        self.XHt = None
+
+    def _product(self):
+        if self.XHt is None:
+            self.XHt = _t_ht(self.op, self.xp, self.H, self.dtype)
+        return self.XHt
+
+    def update_w(self, W, HHt, gram, tw):
+        xp = self.xp
+        W = self.op.hold(W * (self._product() / _guard(xp, W @ HHt, self.eps)))
+        return W, (_gram(xp, W) if gram else None)
+
+    def rmatmul(self, W):
+        return self.op.rmatmul(W)
+
+    def cross(self, W):
+        return _trace_dot(self.xp, self._product(), W)
+
+
+class _HostProductNumerator(_ProductNumerator):
+    """:class:`_ProductNumerator` for NumPy: ``W`` updated in place in one pass
+    over row blocks (:func:`_multiplicative_update_w`: the element-wise step
+    compiled where numba runs, block-sized temporaries only), ``W^T W`` summed in
+    the same pass."""
+
+    def __init__(self, op, W):
+        super().__init__(op, W)
+        n_components = W.shape[1]
+        self.WtW = np.empty((n_components, n_components), dtype=W.dtype)
+        self.buffers = None
+
+    def _product(self):
+        if self.XHt is None:
+            # A C-ordered right-hand side, as the row blocks are read.
+            XHt = self.op.matmul(np.ascontiguousarray(self.H.T))
+            self.XHt = np.asarray(XHt, dtype=self.dtype)
+        return self.XHt
+
+    def update_w(self, W, HHt, gram, tw):
+        WtW = self.WtW if gram else None
+        self.buffers = _multiplicative_update_w(
+            self._product(), W, HHt, WtW, self.buffers
+        )
+        return W, WtW
+
+
+def _w_update(op, W):
+    """The W update of :func:`_fit_multiplicative_update` for ``op`` (and ``W``'s
+    dtype).
+
+    The one place where the NumPy fast variants are chosen: a NumPy factorized
+    operator whose layout has ``W``'s dtype gets :class:`_BlockedNumerator` (no
+    n x k ``T H^T``; numba's fused row update), another NumPy operator the in-place
+    row-block pass :class:`_HostProductNumerator`; every other namespace the
+    generic :class:`_ProductNumerator`. The NumPy variants update ``W`` in place
+    with block-sized work arrays, which other namespaces (immutable arrays, lazy
+    graphs, device kernels per operation) do not allow.
+    """
+    if not is_numpy_namespace(op.xp):
+        return _ProductNumerator(op, W)
+    layout = fused_layout(op)
+    if layout is not None and np.dtype(layout.dtype) == W.dtype:
+        return _BlockedNumerator(layout, W.shape[1], W.dtype)
+    return _HostProductNumerator(op, W)
 
 
 # Elements (rows x n_components) per block of the fused W update: the block's work
 # arrays (the numerator, the quotient and its zero mask) and slices of W stay in
 # cache (512 KiB each in float64), and each block's BLAS calls are small enough to
 # run on one thread (a multi-threaded GEMM/SYRK with k = 8 columns is slower).
-# At 2e5 x 10 (k = 10, two gathered groups) 65536 ran 20 iterations 8% faster
-# than 32768 (fewer per-block calls) and 5% faster than 131072.
+# Half this size pays for more per-block calls, twice this size for cache misses
+# (timed at 2e5 x 10, k = 10, two gathered groups).
 _BLOCK_ELEMENTS = 65_536
 
 
@@ -241,6 +368,44 @@ class _BlockedNumerator:
         self.sum_acc = (
             np.zeros(n_components, dtype=dtype) if self.offset is not None else None
         )
+        # The W-update interface (see _ProductNumerator): the tables are built on
+        # demand for the latest H given to use().
+        self.WtW = np.empty((n_components, n_components), dtype=dtype)
+        self.buffers = _pass_buffers(self.n_rows, n_components, dtype, True)
+        self.H = None
+        self.stale = False
+
+    def context(self):
+        """BLAS on one thread for the fit: the blocks' products are small (k
+        columns), and BLAS's threads collapse beside a busy core (measured in
+        ``benchmarks/bench_load.py``; idle, one thread is as fast)."""
+        return one_blas_thread()
+
+    def use(self, H):
+        """Use ``H`` from now on (its tables are built at their first use)."""
+        self.H, self.stale = H, True
+
+    def _ready(self):
+        if self.stale:
+            self.prepare(self.H)
+            self.stale = False
+
+    def update_w(self, W, HHt, gram, tw):
+        """The W update in place (:func:`_multiplicative_update_w`); with ``tw``
+        the pass also accumulates the in-pass parts of ``T'^T W``."""
+        self._ready()
+        WtW = self.WtW if gram else None
+        _multiplicative_update_w(self, W, HHt, WtW, self.buffers, tw=tw)
+        return W, WtW
+
+    def rmatmul(self, W):
+        """``T'^T W`` for the ``W`` of the latest :meth:`update_w` with ``tw``."""
+        return self.finish_tw(W)
+
+    def cross(self, W):
+        """``trace(W^T T' H^T)`` for the current ``H`` (:func:`_cross_term`)."""
+        self._ready()
+        return _cross_term(self, W, self.buffers)
 
     def start_tw(self):
         """Reset the accumulators of :meth:`add_tw`."""
@@ -429,7 +594,7 @@ def _multiplicative_update_w(XHt, W, HHt, WtW=None, buffers=None, tw=False):
     pass over ``W``. ``XHt`` is not modified. With a :class:`_BlockedNumerator`
     the numerator block is assembled in a block-sized buffer first (no n x k
     ``T H^T``), and the parts of ``T'^T W`` it accumulates in the pass are added
-    from the updated block. Where numba runs and the plan allows it (8 to 16
+    from the updated block. Where numba runs and the layout allows it (8 to 16
     components, float64, a dense base or none), one compiled loop
     (:meth:`_BlockedNumerator.update_rows`) computes each row's numerator and
     denominator in registers and updates the block, with no block-sized arrays.
@@ -437,8 +602,8 @@ def _multiplicative_update_w(XHt, W, HHt, WtW=None, buffers=None, tw=False):
     Parameters
     ----------
     XHt : ndarray of shape (n_samples, n_components) or _BlockedNumerator
-        ``T @ H.T``, or the plan that computes its row blocks inside the pass
-        (prepared for the current ``H``).
+        ``T @ H.T``, or the blocked numerator that computes its row blocks
+        inside the pass (prepared for the current ``H``).
     W : ndarray of shape (n_samples, n_components)
         Updated in place.
     HHt : ndarray of shape (n_components, n_components)
@@ -448,7 +613,8 @@ def _multiplicative_update_w(XHt, W, HHt, WtW=None, buffers=None, tw=False):
     buffers : tuple of ndarrays, default=None
         Block-sized work arrays from an earlier call (allocated when None).
     tw : bool, default=False
-        With a plan as ``XHt``: also accumulate its in-pass parts of ``T'^T W``
+        With a blocked numerator as ``XHt``: also accumulate its in-pass parts
+        of ``T'^T W``
         for the updated ``W`` (:meth:`_BlockedNumerator.finish_tw`).
 
     Returns
@@ -466,7 +632,7 @@ def _multiplicative_update_w(XHt, W, HHt, WtW=None, buffers=None, tw=False):
     if WtW is not None:
         WtW[...] = 0
     # Where numba runs (looked up once per pass: it reads the environment), a
-    # plan's blocks are updated by one compiled loop that also assembles the
+    # blocked numerator's blocks are updated by one compiled loop that also assembles the
     # numerator (mu_rows), else the element-wise step is compiled (mu_update);
     # without numba, NumPy's operations.
     compiled = numba_available()
@@ -529,36 +695,28 @@ def _update_block(XHt, W_b, HHt, start, stop, buffers, compiled, eps):
     return compiled
 
 
-def _cross_term(plan, W, buffers):
-    """``trace(W^T T H^T)`` for the H ``plan`` is prepared for, block by block
-    (the loss's cross term without the n x k product)."""
+def _cross_term(blocked, W, buffers):
+    """``trace(W^T T H^T)`` for the H the :class:`_BlockedNumerator` ``blocked`` is
+    prepared for, block by block (the loss's cross term without the n x k
+    product)."""
     n_samples, n_components = W.shape
     block = _block_rows(n_samples, n_components)
     total = 0.0
     for start in range(0, n_samples, block):
         stop = min(start + block, n_samples)
         numerator = buffers[2][: stop - start]
-        plan.block(start, stop, numerator, buffers[0][: stop - start])
-        total += _trace_dot(numerator, W[start:stop])
+        blocked.block(start, stop, numerator, buffers[0][: stop - start])
+        total += _trace_dot(np, numerator, W[start:stop])
     return total
 
 
-def _multiplicative_update_h(op, W, H, WtW, plan=None):
-    """``H <- H o (W^T T) / (W^T W H)`` (in place); ``W^T T = (T^T W)^T`` is one
-    ``rmatmul`` (or the ``plan``'s :meth:`~_BlockedNumerator.finish_tw` after a
-    pass that accumulated it) and ``W^T W`` comes from the fused W update."""
-    TtW = op.rmatmul(W) if plan is None else plan.finish_tw(W)
-    numerator = np.asarray(TtW, dtype=H.dtype).T.copy()
-    denominator = np.dot(WtW, H)
-    denominator[denominator == 0] = EPSILON
-    numerator /= denominator
-    H *= numerator
-    return H
-
-
-def _t_ht(op, H, dtype):
-    """``T @ H.T`` as an array of ``dtype`` (one ``matmul``)."""
-    return np.asarray(op.matmul(np.ascontiguousarray(H.T)), dtype=dtype)
+def _multiplicative_update_h(xp, op, H, WtW, TtW, eps):
+    """``H <- H o (W^T T) / ((W^T W) H)``, with ``TtW = T^T W`` and ``WtW = W^T W``
+    of the updated ``W`` (both from the W update)."""
+    numerator = xp.matrix_transpose(TtW)
+    if numerator.dtype != H.dtype:
+        numerator = xp.astype(numerator, H.dtype)
+    return op.hold(H * (numerator / _guard(xp, WtW @ H, eps)))
 
 
 def _fit_multiplicative_update(
@@ -568,22 +726,21 @@ def _fit_multiplicative_update(
 
     Updates W then H each iteration (W only when ``update_H`` is False) and every
     ten iterations stops when the relative decrease of ``||T - WH||_F`` since the
-    last check, divided by the initial error, is below ``tol``. The W update and
-    ``W^T W`` share one pass over row blocks (:func:`_multiplicative_update_w`).
-    On a NumPy factorized operator that pass also computes ``T H^T`` block by
-    block (:class:`_BlockedNumerator`), and the loss's cross term
-    ``trace(W^T T H^T)`` is a pass of its own (:func:`_cross_term`), so no n x k
-    product array is ever built; other operators get ``T H^T`` from one
-    ``matmul``. With ``tol=0`` no loss is computed during the iterations.
+    last check, divided by the initial error, is below ``tol``. The W update, which
+    also gives ``W^T W`` and (for the H update) ``T^T W``, and the loss's cross term
+    ``trace(W^T T H^T)`` come from :func:`_w_update`; everything else is products
+    of small matrices in ``op.xp``. With ``tol=0`` no loss is computed during the
+    iterations.
 
     Parameters
     ----------
     op : Operator of shape (n_samples, n_features)
         Non-negative data.
-    W : ndarray of shape (n_samples, n_components)
-        Initial W (updated in place).
-    H : ndarray of shape (n_components, n_features)
-        Initial H (updated in place unless ``update_H`` is False).
+    W : array of shape (n_samples, n_components)
+        Initial W, in ``op``'s namespace and on its device (NumPy: updated in
+        place).
+    H : array of shape (n_components, n_features)
+        Initial H (not modified).
     max_iter : int, default=200
         Maximum number of iterations.
     tol : float, default=1e-4
@@ -597,215 +754,56 @@ def _fit_multiplicative_update(
 
     Returns
     -------
-    W, H : ndarrays
+    W, H : arrays
     n_iter : int
     error : float or None
         ``||T - WH||_F`` of the returned factors when the last check computed it
         or ``return_error`` is set.
     """
+    xp = op.xp
     check = tol > 0
     if norm_X is None and (check or return_error):
         norm_X = _norm_sq(op)
-    layout = fused_layout(op)
-    if layout is not None and np.dtype(layout.dtype) == W.dtype:
-        # BLAS on one thread: the blocks' products are small (k columns), and
-        # BLAS's threads collapse beside a busy core (2 cores, one CPU-bound
-        # neighbour: Hamlet Flights 0.29 against 0.44 s, 1e6 rows 2.4 against
-        # 3.3 s; idle the same within 4%).
-        with one_blas_thread():
-            return _fit_blocked(
-                op, layout, W, H, max_iter, tol, update_H, return_error, norm_X
+    step = _w_update(op, W)
+    eps = xp.asarray(float(EPSILON), dtype=H.dtype, device=device_of(H))
+    with step.context():
+        step.use(H)
+        error_at_init = None
+        if check:
+            error_at_init = _frobenius_error_from_cross(
+                xp, norm_X, _gram(xp, W), H, step.cross(W)
             )
-    n_components = W.shape[1]
-    WtW = np.empty((n_components, n_components), dtype=W.dtype)
-    # T H^T of the initial H serves both the initial error and the first W update.
-    XHt = _t_ht(op, H, W.dtype)
-    error_at_init = _frobenius_error(norm_X, W, H, XHt) if check else None
-    previous_error = error_at_init
-    error = None
-    HHt = None
-    buffers = None
-    wtw = False  # whether the last W pass computed W^T W
-    for n_iter in range(1, max_iter + 1):
-        if XHt is None:
-            XHt = _t_ht(op, H, W.dtype)
-        if HHt is None:
-            HHt = np.dot(H, H.T)
-        # W^T W: for the H update, or (H fixed) for this iteration's loss check.
-        wtw = update_H or (check and n_iter % 10 == 0)
-        buffers = _multiplicative_update_w(XHt, W, HHt, WtW if wtw else None, buffers)
+        previous_error = error_at_init
         error = None
-        if update_H:
-            H = _multiplicative_update_h(op, W, H, WtW)
-            HHt, XHt = None, None
-        if check and n_iter % 10 == 0:
-            if XHt is None:
-                # Reused by the next W update: H does not change in between.
-                XHt = _t_ht(op, H, W.dtype)
-            error = _frobenius_error(norm_X, W, H, XHt, WtW)
-            logger.debug("Epoch %02d, error: %f", n_iter, error)
-            # An exact initial fit stays exact (the updates are then identities);
-            # scikit-learn divides by zero here and iterates on with NaNs.
-            if error_at_init == 0 or (previous_error - error) / error_at_init < tol:
-                break
-            previous_error = error
-    if error is None and return_error:
-        XHt = _t_ht(op, H, W.dtype) if XHt is None else XHt
-        # W^T W is current when the last W update accumulated it.
-        error = _frobenius_error(norm_X, W, H, XHt, WtW if wtw else None)
+        HHt = None
+        WtW = None
+        for n_iter in range(1, max_iter + 1):
+            if HHt is None:
+                HHt = H @ xp.matrix_transpose(H)
+            # W^T W: for the H update, or (H fixed) for this iteration's loss check.
+            gram = update_H or (check and n_iter % 10 == 0)
+            W, WtW = step.update_w(W, HHt, gram=gram, tw=update_H)
+            error = None
+            if update_H:
+                H = _multiplicative_update_h(xp, op, H, WtW, step.rmatmul(W), eps)
+                step.use(H)
+                HHt = None
+            if check and n_iter % 10 == 0:
+                error = _frobenius_error_from_cross(xp, norm_X, WtW, H, step.cross(W))
+                logger.debug("Epoch %02d, error: %f", n_iter, error)
+                # An exact initial fit stays exact (the updates are then
+                # identities); scikit-learn divides by zero here and iterates on
+                # with NaNs.
+                if error_at_init == 0 or (previous_error - error) / error_at_init < tol:
+                    break
+                previous_error = error
+        if error is None and return_error:
+            WtW = _gram(xp, W) if WtW is None else WtW
+            error = _frobenius_error_from_cross(xp, norm_X, WtW, H, step.cross(W))
     return W, H, n_iter, error
 
 
-def _fit_blocked(op, layout, W, H, max_iter, tol, update_H, return_error, norm_X):
-    """:func:`_fit_multiplicative_update` with ``T H^T`` computed block by block
-    inside the W pass (same updates, stopping rule and loss).
-
-    A loss check needs ``trace(W^T T H^T)`` with the ``W`` before the next update,
-    which the W pass overwrites: it is a numerator-only pass of its own
-    (:func:`_cross_term`), one more block assembly every ten iterations when
-    ``tol > 0``, instead of keeping an n x k array.
-    """
-    check = tol > 0
-    n_samples, n_components = W.shape
-    WtW = np.empty((n_components, n_components), dtype=W.dtype)
-    plan = _BlockedNumerator(layout, n_components, W.dtype)
-    buffers = _pass_buffers(n_samples, n_components, W.dtype, True)
-    plan.prepare(H)
-    stale = False  # whether H changed since plan.prepare
-    error_at_init = None
-    if check:
-        error_at_init = _frobenius_error_from_cross(
-            norm_X, np.dot(W.T, W), H, _cross_term(plan, W, buffers)
-        )
-    previous_error = error_at_init
-    error = None
-    HHt = None
-    wtw = False  # whether the last W pass computed W^T W
-    for n_iter in range(1, max_iter + 1):
-        if stale:
-            plan.prepare(H)
-            stale = False
-        if HHt is None:
-            HHt = np.dot(H, H.T)
-        # W^T W: for the H update, or (H fixed) for this iteration's loss check.
-        wtw = update_H or (check and n_iter % 10 == 0)
-        _multiplicative_update_w(
-            plan, W, HHt, WtW if wtw else None, buffers, tw=update_H
-        )
-        error = None
-        if update_H:
-            H = _multiplicative_update_h(op, W, H, WtW, plan)
-            HHt, stale = None, True
-        if check and n_iter % 10 == 0:
-            if stale:
-                # Serves the next W update too: H does not change in between.
-                plan.prepare(H)
-                stale = False
-            error = _frobenius_error_from_cross(
-                norm_X, WtW, H, _cross_term(plan, W, buffers)
-            )
-            logger.debug("Epoch %02d, error: %f", n_iter, error)
-            if error_at_init == 0 or (previous_error - error) / error_at_init < tol:
-                break
-            previous_error = error
-    if error is None and return_error:
-        if stale:
-            plan.prepare(H)
-        WtW = WtW if wtw else np.dot(W.T, W)
-        error = _frobenius_error_from_cross(
-            norm_X, WtW, H, _cross_term(plan, W, buffers)
-        )
-    return W, H, n_iter, error
-
-
-# ------------------------------------------------------- kernels on a device
-# The same updates for an operator on a device (CuPy, array_api_strict): W (the
-# n-length factor) and every n-length product (T H^T, W H H^T) stay on the device,
-# and so do H and the small products (H H^T, W^T W), so that an iteration needs no
-# transfer at all; only the loss (every ten iterations) crosses, as two scalars.
-
-
-def _trace_dot_xp(xp, X, Y):
-    """``trace(X @ Y.T)`` on a device (one dot product of the flattened arrays)."""
-    return float(xp.reshape(X, (-1,)) @ xp.reshape(Y, (-1,)))
-
-
-def _frobenius_error_xp(xp, norm_X, W, H, XHt):
-    """:func:`_frobenius_error` on a device (``W^T W`` first: it is small)."""
-    norm_WH = _trace_dot_xp(xp, (xp.matrix_transpose(W) @ W) @ H, H)
-    cross_prod = _trace_dot_xp(xp, XHt, W)
-    res = (norm_X + norm_WH - 2.0 * cross_prod) / 2.0
-    return sqrt(2.0 * max(res, 0.0))
-
-
-def _fit_multiplicative_update_xp(op, W, H, max_iter=200, tol=1e-4, update_H=True):
-    """:func:`_fit_multiplicative_update` with ``W`` and ``H`` arrays on ``op``'s
-    device (same update order, ``EPSILON`` guard and stopping rule)."""
-    xp = op.xp
-    eps = xp.asarray(float(EPSILON), dtype=W.dtype, device=device_of(W))
-
-    def guard(denominator):
-        return xp.where(denominator == 0, eps, denominator)
-
-    def t_ht(H):
-        XHt = op.matmul(xp.matrix_transpose(H))
-        return XHt if XHt.dtype == W.dtype else xp.astype(XHt, W.dtype)
-
-    check = tol > 0
-    norm_X = _norm_sq(op) if check else None
-    XHt = t_ht(H)
-    error_at_init = _frobenius_error_xp(xp, norm_X, W, H, XHt) if check else None
-    previous_error = error_at_init
-    error = None
-    HHt = None
-    for n_iter in range(1, max_iter + 1):
-        if XHt is None:
-            XHt = t_ht(H)
-        if HHt is None:
-            HHt = H @ xp.matrix_transpose(H)
-        W = op.hold(W * (XHt / guard(W @ HHt)))
-        XHt = None if update_H else XHt
-        error = None
-        if update_H:
-            numerator = xp.matrix_transpose(op.rmatmul(W))
-            if numerator.dtype != H.dtype:
-                numerator = xp.astype(numerator, H.dtype)
-            H = op.hold(H * (numerator / guard((xp.matrix_transpose(W) @ W) @ H)))
-            HHt = None
-        if check and n_iter % 10 == 0:
-            if XHt is None:
-                XHt = t_ht(H)
-            error = _frobenius_error_xp(xp, norm_X, W, H, XHt)
-            logger.debug("Epoch %02d, error: %f", n_iter, error)
-            if error_at_init == 0 or (previous_error - error) / error_at_init < tol:
-                break
-            previous_error = error
-    return W, H, n_iter, error
-
-
-def _randomized_range_finder(
-    matmul, rmatmul, n_cols, size, n_iter, random_state, dtype
-):
-    """scikit-learn's ``_randomized_range_finder`` with the products as functions.
-
-    ``matmul(Q) = M @ Q`` and ``rmatmul(Q) = M.T @ Q``; LU-normalized power
-    iterations when ``n_iter > 2``, QR at the end.
-    """
-    Q = random_state.normal(size=(n_cols, size))
-    if dtype == np.float32:
-        Q = Q.astype(np.float32, copy=False)
-    qr = lambda A: linalg.qr(A, mode="economic", check_finite=False)  # noqa: E731
-    if n_iter <= 2:
-        normalizer = lambda A: (A, None)  # noqa: E731
-    else:
-        normalizer = lambda A: linalg.lu(A, permute_l=True, check_finite=False)  # noqa: E731
-    for _ in range(n_iter):
-        Q, _ = normalizer(matmul(Q))
-        Q, _ = normalizer(rmatmul(Q))
-    Q, _ = qr(matmul(Q))
-    return Q
-
-
+# ---------------------------------------------------------------- initialization
 def _svd_plan(op, n_components, n_oversamples):
     """Sketch size, power iterations and orientation of the randomized SVD.
 
@@ -821,51 +819,143 @@ def _svd_plan(op, n_components, n_oversamples):
     return n_random, n_iter, transpose, op.matmul, op.rmatmul, n_features
 
 
+def _range_finder_linalg(xp):
+    """``(normalize, orthonormalize, svd)`` of :func:`_randomized_svd` in ``xp``.
+
+    On NumPy these are scikit-learn's own (``_randomized_range_finder`` with
+    ``power_iteration_normalizer="auto"``: SciPy's LU between the power iterations,
+    as ``n_iter`` is 4 or 7, Householder QR at the end, LAPACK's ``gesdd``), so that
+    the result, and with it the seeded NNDSVD initializations, equals scikit-learn's
+    ``randomized_svd`` on the joined matrix up to rounding. Other namespaces
+    normalize by Cholesky QR on their device (:func:`_orthonormal`) instead of a
+    host LU: both span the same subspace, so the triplets agree up to rounding,
+    without an n-length round trip per iteration.
+    """
+    if is_numpy_namespace(xp):
+
+        def lu(A):
+            return linalg.lu(A, permute_l=True, check_finite=False)[0]
+
+        def qr(A):
+            return linalg.qr(A, mode="economic", check_finite=False)[0]
+
+        def svd(B):
+            return linalg.svd(B, full_matrices=False, lapack_driver="gesdd")
+
+        return lu, qr, svd
+
+    def orthonormal(A):
+        return _orthonormal(xp, A)
+
+    def svd(B):
+        return xp.linalg.svd(B, full_matrices=False)
+
+    return orthonormal, orthonormal, svd
+
+
+def _orthonormal(xp, Q):
+    """An orthonormal basis of the columns of a tall ``Q`` on its device.
+
+    Cholesky QR, twice: ``Q <- Q L^{-T}`` with ``L L^T = Q^T Q``, a product and a
+    small host Cholesky per pass, instead of a Householder QR, which on a tall
+    matrix runs one column at a time. Two passes reach working accuracy while
+    ``cond(Q)^2`` stays below ``1 / (100 eps)``; a worse conditioned ``Q`` goes to
+    ``xp.linalg.qr``. Both span the same subspace, and the randomized SVD's result
+    does not depend on the basis.
+    """
+    limit = 0.01 / float(np.finfo(numpy_dtype(Q.dtype)).eps)
+    for _ in range(2):
+        G = np.asarray(to_numpy(_gram(xp, Q)), dtype=np.float64)
+        G = 0.5 * (G + G.T)
+        if not np.all(np.isfinite(G)) or np.linalg.cond(G) > limit:
+            return xp.linalg.qr(Q)[0]
+        try:
+            L = np.linalg.cholesky(G)
+        except np.linalg.LinAlgError:
+            return xp.linalg.qr(Q)[0]
+        L_inv_t = linalg.solve_triangular(L, np.eye(L.shape[0]), lower=True).T
+        Q = Q @ asarray_on(L_inv_t, xp, device_of(Q), numpy_dtype(Q.dtype))
+    return Q
+
+
+def _svd_flip(xp, u, v, u_based_decision=True):
+    """scikit-learn's ``svd_flip``: the largest entry (in absolute value) of each
+    column of ``u`` (or row of ``v``) is made positive."""
+    ref = xp.matrix_transpose(u) if u_based_decision else v
+    n, m = ref.shape
+    rows = xp.argmax(xp.abs(ref), axis=1)
+    flat = rows + xp.arange(n, dtype=rows.dtype, device=device_of(ref)) * m
+    signs = xp.sign(xp.take(xp.reshape(ref, (-1,)), flat, axis=0))
+    return u * signs[None, :], v * signs[:, None]
+
+
 def _randomized_svd(op, n_components, random_state, n_oversamples=10):
     """Truncated SVD of ``T`` from products only (scikit-learn's ``_randomized_svd``).
 
     The Halko et al. randomized range finder needs ``T @ Q`` and ``T^T @ Q`` with
     ``n_components + n_oversamples`` columns; the small SVD is of ``Q^T T``, itself a
-    product. Same defaults as scikit-learn (``n_iter="auto"``, LU power iterations,
-    ``transpose="auto"``, sign flip), so the result matches
-    ``sklearn.utils.extmath.randomized_svd`` on the joined matrix up to rounding.
+    product. Same defaults as scikit-learn (``n_iter="auto"``, ``transpose="auto"``,
+    sign flip) and the same random matrix, drawn from scikit-learn's host stream
+    and uploaded once; the factorizations are :func:`_range_finder_linalg`'s. Every
+    n-length array stays on ``op``'s device.
 
     Returns
     -------
-    U : ndarray of shape (n_samples, n_components)
-    S : ndarray of shape (n_components,)
-    Vt : ndarray of shape (n_components, n_features)
+    U : array of shape (n_samples, n_components)
+    S : array of shape (n_components,)
+    Vt : array of shape (n_components, n_features)
     """
+    xp = op.xp
     random_state = check_random_state(random_state)
     n_random, n_iter, transpose, matmul, rmatmul, n_cols = _svd_plan(
         op, n_components, n_oversamples
     )
-    Q = _randomized_range_finder(
-        matmul, rmatmul, n_cols, n_random, n_iter, random_state, op.dtype
-    )
-    B = np.asarray(rmatmul(Q)).T
-    Uhat, s, Vt = linalg.svd(B, full_matrices=False, lapack_driver="gesdd")
+    Q = random_state.normal(size=(n_cols, n_random))
+    dtype = np.float32 if op.dtype == np.float32 else np.float64
+    Q = asarray_on(Q.astype(dtype, copy=False), xp, op.device)
+    normalize, orthonormalize, svd = _range_finder_linalg(xp)
+    for _ in range(n_iter):
+        Q = normalize(rmatmul(normalize(matmul(Q))))
+    Q = orthonormalize(matmul(Q))
+    Uhat, s, Vt = svd(xp.matrix_transpose(rmatmul(Q)))
     U = Q @ Uhat
     if not transpose:
-        U, Vt = svd_flip(U, Vt)
+        U, Vt = _svd_flip(xp, U, Vt)
         return U[:, :n_components], s[:n_components], Vt[:n_components, :]
-    U, Vt = svd_flip(U, Vt, u_based_decision=False)
-    return Vt[:n_components, :].T, s[:n_components], U[:, :n_components].T
+    U, Vt = _svd_flip(xp, U, Vt, u_based_decision=False)
+    return (
+        xp.matrix_transpose(Vt[:n_components, :]),
+        s[:n_components],
+        xp.matrix_transpose(U[:, :n_components]),
+    )
+
+
+def _fill_zeros(xp, A, values):
+    """``A[A == 0] = values`` (row-major order of the zeros) without fancy
+    indexing, which not every namespace has: the k-th zero takes ``values[k]``."""
+    mask = xp.reshape(A == 0, (-1,))
+    rank = xp.cumulative_sum(xp.astype(mask, xp.int64)) - 1
+    rank = xp.clip(rank, min=0)
+    vals = asarray_on(values, xp, device_of(A), values.dtype)
+    flat = xp.where(mask, xp.take(vals, rank, axis=0), xp.reshape(A, (-1,)))
+    return xp.reshape(flat, A.shape)
 
 
 def _initialize_gnmf(op, n_components, init=None, eps=1e-6, random_state=None):
-    """Initial W and H, as scikit-learn's ``_initialize_nmf``.
+    """Initial W and H on ``op``'s device, as scikit-learn's ``_initialize_nmf``.
 
     "random" scales half-normal entries by ``sqrt(mean(T) / n_components)`` (the mean
     from the column sums); the NNDSVD variants use :func:`_randomized_svd` on the
-    operator.
+    operator. The random draws come from scikit-learn's host stream in its order
+    (uploaded once), so that seeded initializations are the same on every device.
 
     Returns
     -------
-    W : ndarray of shape (n_samples, n_components)
-    H : ndarray of shape (n_components, n_features)
+    W : array of shape (n_samples, n_components)
+    H : array of shape (n_components, n_features)
     """
     n_samples, n_features = op.shape
+    xp = op.xp
     dtype = op.dtype
     if (
         init is not None
@@ -880,7 +970,6 @@ def _initialize_gnmf(op, n_components, init=None, eps=1e-6, random_state=None):
     if init is None:
         init = "nndsvda" if n_components <= min(n_samples, n_features) else "random"
 
-    on_device = not is_numpy_namespace(op.xp)
     if init == "random":
         avg = np.sqrt(_data_mean(op) / n_components)
         rng = check_random_state(random_state)
@@ -892,145 +981,9 @@ def _initialize_gnmf(op, n_components, init=None, eps=1e-6, random_state=None):
         )
         np.abs(H, out=H)
         np.abs(W, out=W)
-        if on_device:
-            # Drawn on the host (the same stream as on the CPU), uploaded once.
-            return (
-                asarray_on(W, op.xp, op.device, dtype),
-                asarray_on(H, op.xp, op.device, dtype),
-            )
-        return W.astype(dtype, copy=False), H.astype(dtype, copy=False)
+        return asarray_on(W, xp, op.device, dtype), asarray_on(H, xp, op.device, dtype)
 
-    if on_device:
-        return _nndsvd_xp(op, n_components, init, eps, random_state)
     U, S, V = _randomized_svd(op, n_components, random_state)
-    W = np.zeros_like(U)
-    H = np.zeros_like(V)
-    # The leading singular pair of a non-negative matrix is non-negative.
-    W[:, 0] = np.sqrt(S[0]) * np.abs(U[:, 0])
-    H[0, :] = np.sqrt(S[0]) * np.abs(V[0, :])
-    for j in range(1, n_components):
-        x, y = U[:, j], V[j, :]
-        x_p, y_p = np.maximum(x, 0), np.maximum(y, 0)
-        x_n, y_n = np.abs(np.minimum(x, 0)), np.abs(np.minimum(y, 0))
-        x_p_nrm, y_p_nrm = sqrt(squared_norm(x_p)), sqrt(squared_norm(y_p))
-        x_n_nrm, y_n_nrm = sqrt(squared_norm(x_n)), sqrt(squared_norm(y_n))
-        m_p, m_n = x_p_nrm * y_p_nrm, x_n_nrm * y_n_nrm
-        if m_p > m_n:
-            u, v, sigma = x_p / x_p_nrm, y_p / y_p_nrm, m_p
-        else:
-            u, v, sigma = x_n / x_n_nrm, y_n / y_n_nrm, m_n
-        lbd = np.sqrt(S[j] * sigma)
-        W[:, j] = lbd * u
-        H[j, :] = lbd * v
-    W[W < eps] = 0
-    H[H < eps] = 0
-    if init == "nndsvda":
-        avg = _data_mean(op)
-        W[W == 0] = avg
-        H[H == 0] = avg
-    elif init == "nndsvdar":
-        rng = check_random_state(random_state)
-        avg = _data_mean(op)
-        W[W == 0] = abs(avg * rng.standard_normal(size=len(W[W == 0])) / 100)
-        H[H == 0] = abs(avg * rng.standard_normal(size=len(H[H == 0])) / 100)
-    return W.astype(dtype, copy=False), H.astype(dtype, copy=False)
-
-
-def _svd_flip_xp(xp, u, v, u_based_decision=True):
-    """scikit-learn's ``svd_flip`` on a device: the largest entry (in absolute
-    value) of each column of ``u`` (or row of ``v``) is made positive."""
-    if u_based_decision:
-        ref = xp.matrix_transpose(u)
-    else:
-        ref = v
-    n, m = ref.shape
-    rows = xp.argmax(xp.abs(ref), axis=1)
-    flat = rows + xp.arange(n, dtype=rows.dtype, device=device_of(ref)) * m
-    signs = xp.sign(xp.take(xp.reshape(ref, (-1,)), flat, axis=0))
-    return u * signs[None, :], v * signs[:, None]
-
-
-def _orthonormal_xp(xp, Q):
-    """An orthonormal basis of the columns of a tall ``Q`` on a device.
-
-    Cholesky QR, twice: ``Q <- Q L^{-T}`` with ``L L^T = Q^T Q``, a product and a
-    small host Cholesky per pass, instead of a Householder QR, which on a tall
-    matrix runs one column at a time. Two passes reach working accuracy while
-    ``cond(Q)^2`` stays below ``1 / (100 eps)``; a worse conditioned ``Q`` goes to
-    ``xp.linalg.qr``. Both span the same subspace, and the randomized SVD's result
-    does not depend on the basis.
-    """
-    limit = 0.01 / float(np.finfo(numpy_dtype(Q.dtype)).eps)
-    for _ in range(2):
-        G = np.asarray(to_numpy(xp.matrix_transpose(Q) @ Q), dtype=np.float64)
-        G = 0.5 * (G + G.T)
-        if not np.all(np.isfinite(G)) or np.linalg.cond(G) > limit:
-            return xp.linalg.qr(Q)[0]
-        try:
-            L = np.linalg.cholesky(G)
-        except np.linalg.LinAlgError:
-            return xp.linalg.qr(Q)[0]
-        L_inv_t = linalg.solve_triangular(L, np.eye(L.shape[0]), lower=True).T
-        Q = Q @ asarray_on(L_inv_t, xp, device_of(Q), numpy_dtype(Q.dtype))
-    return Q
-
-
-def _randomized_svd_xp(op, n_components, random_state, n_oversamples=10):
-    """:func:`_randomized_svd` with every n-length array on ``op``'s device.
-
-    Same random matrix (drawn on the host, uploaded once), iteration count and
-    sign flip. The power iterations are normalized by Cholesky QR on the device
-    (:func:`_orthonormal_xp`) instead of LU on the host (SciPy's ``lu``): both
-    span the same subspace, so the returned
-    triplets agree with the NumPy path up to rounding, without an n-length round
-    trip per iteration.
-    """
-    xp, dev = op.xp, op.device
-    random_state = check_random_state(random_state)
-    n_random, n_iter, transpose, matmul, rmatmul, n_cols = _svd_plan(
-        op, n_components, n_oversamples
-    )
-    Q = random_state.normal(size=(n_cols, n_random))
-    dtype = np.float32 if op.dtype == np.float32 else np.float64
-    Q = asarray_on(Q.astype(dtype, copy=False), xp, dev)
-    for _ in range(n_iter):
-        Q = matmul(Q)
-        if n_iter > 2:
-            Q = _orthonormal_xp(xp, Q)
-        Q = rmatmul(Q)
-        if n_iter > 2:
-            Q = _orthonormal_xp(xp, Q)
-    Q = _orthonormal_xp(xp, matmul(Q))
-    B = xp.matrix_transpose(rmatmul(Q))
-    Uhat, s, Vt = xp.linalg.svd(B, full_matrices=False)
-    U = Q @ Uhat
-    if not transpose:
-        U, Vt = _svd_flip_xp(xp, U, Vt)
-        return U[:, :n_components], s[:n_components], Vt[:n_components, :]
-    U, Vt = _svd_flip_xp(xp, U, Vt, u_based_decision=False)
-    return (
-        xp.matrix_transpose(Vt[:n_components, :]),
-        s[:n_components],
-        xp.matrix_transpose(U[:, :n_components]),
-    )
-
-
-def _fill_zeros_xp(xp, A, values):
-    """``A[A == 0] = values`` (row-major order of the zeros) without fancy
-    indexing: the k-th zero takes ``values[k]``."""
-    mask = xp.reshape(A == 0, (-1,))
-    rank = xp.cumulative_sum(xp.astype(mask, xp.int64)) - 1
-    rank = xp.clip(rank, min=0)
-    vals = asarray_on(values, xp, device_of(A), values.dtype)
-    flat = xp.where(mask, xp.take(vals, rank, axis=0), xp.reshape(A, (-1,)))
-    return xp.reshape(flat, A.shape)
-
-
-def _nndsvd_xp(op, n_components, init, eps, random_state):
-    """The NNDSVD initializations of :func:`_initialize_gnmf` on a device."""
-    xp = op.xp
-    dtype = namespace_dtype(xp, op.dtype)
-    U, S, V = _randomized_svd_xp(op, n_components, random_state)
     S = to_numpy(S)
     zero = xp.zeros_like(U[:, 0])
     w_cols = [float(np.sqrt(S[0])) * xp.abs(U[:, 0])]
@@ -1060,16 +1013,20 @@ def _nndsvd_xp(op, n_components, init, eps, random_state):
     elif init == "nndsvdar":
         rng = check_random_state(random_state)
         avg = _data_mean(op)
-        for name, A in (("W", W), ("H", H)):
-            n_zeros = int(xp.sum(xp.astype(A == 0, xp.int64)))
-            vals = np.abs(avg * rng.standard_normal(size=n_zeros) / 100)
-            if n_zeros:
-                A = _fill_zeros_xp(xp, A, vals.astype(numpy_dtype(A.dtype)))
-            if name == "W":
-                W = A
-            else:
-                H = A
-    return xp.astype(W, dtype), xp.astype(H, dtype)
+        # W's draws first, then H's, in the row-major order of their zeros.
+        W, H = (_fill_random_zeros(xp, A, avg, rng) for A in (W, H))
+    dtype = namespace_dtype(xp, dtype)
+    W = W if W.dtype == dtype else xp.astype(W, dtype)
+    return W, (H if H.dtype == dtype else xp.astype(H, dtype))
+
+
+def _fill_random_zeros(xp, A, avg, rng):
+    """NNDSVDar's fill: the zeros of ``A`` take ``|avg * N(0, 1) / 100|``."""
+    n_zeros = int(xp.sum(xp.astype(A == 0, xp.int64)))
+    if not n_zeros:
+        return A
+    vals = np.abs(avg * rng.standard_normal(size=n_zeros) / 100)
+    return _fill_zeros(xp, A, vals.astype(numpy_dtype(A.dtype)))
 
 
 def _check_init(A, shape, whom):
@@ -1134,7 +1091,9 @@ class FactorizedGNMF(
         to the CPU's LU-normalized ones up to rounding). ``components_`` stays
         where the fit ran; ``fit_transform``/``transform`` return ``W`` in the
         caller's array type; pickles hold NumPy arrays. "gpu" without a usable
-        GPU raises a ``RuntimeError`` with the probe's reason.
+        GPU raises a
+        :class:`~ilargi_sklearn._backend._plan.DeviceUnavailableError` (a
+        ``RuntimeError``) with the probe's reason.
 
     Attributes
     ----------
@@ -1228,7 +1187,7 @@ class FactorizedGNMF(
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
         "random_state": ["random_state"],
-        "strategy": [StrOptions({"factorized", "materialized"})],
+        "strategy": [StrOptions(set(STRATEGIES))],
         "device": [StrOptions(set(DEVICE_OPTIONS))],
     }
 
@@ -1259,8 +1218,7 @@ class FactorizedGNMF(
         if self.init == "custom":
             name = type(self).__name__
             # Checked on the host (a copy when they came from a device).
-            W = W if W is None or _is_host(W) else to_numpy(W)
-            H = H if H is None or _is_host(H) else to_numpy(H)
+            W, H = to_numpy(W), to_numpy(H)
             H = _check_init(H, (n_components, n_features), f"{name} (input H)")
             W = _check_init(W, (n_samples, n_components), f"{name} (input W)")
             if H.dtype != op.dtype or W.dtype != op.dtype:
@@ -1273,13 +1231,11 @@ class FactorizedGNMF(
                 raise ValueError(
                     f"W has {W.shape[1]} columns but H has {H.shape[0]} rows."
                 )
-            if not is_numpy_namespace(op.xp):
-                return (
-                    asarray_on(W, op.xp, op.device),
-                    asarray_on(H, op.xp, op.device),
-                )
-            # The updates are in place: never modify the caller's arrays.
-            return W.copy(), H.copy()
+            H = asarray_on(H, op.xp, op.device)
+            W_op = asarray_on(W, op.xp, op.device)
+            # The NumPy W update is in place: never modify the caller's array
+            # (an upload to a device is a copy already).
+            return (W_op.copy() if W_op is W else W_op), H
         if W is not None or H is not None:
             warnings.warn(
                 "When init!='custom', provided W or H are ignored. Set "
@@ -1332,7 +1288,7 @@ class FactorizedGNMF(
         W : ndarray of shape (n_samples, n_components)
             The factor ``W`` of the training data.
         """
-        xp_in, device_in = input_namespace(X)
+        caller = Caller(X)
         op = validate_X(
             self,
             X,
@@ -1341,36 +1297,27 @@ class FactorizedGNMF(
             ensure_non_negative=True,
             device=self.device,
         )
-        xp = op.xp
         # Before W and H exist: the column sums of squares may need temporaries
         # the size of a source, which then do not add to the peak of the fit.
-        norm_X = _norm_sq(op) if is_numpy_namespace(xp) else None
+        norm_X = _norm_sq(op)
         W, H = self._check_w_h(op, W, H)
-        if is_numpy_namespace(xp):
-            W, H, n_iter, error = _fit_multiplicative_update(
-                op,
-                W,
-                H,
-                max_iter=self.max_iter,
-                tol=self.tol,
-                update_H=True,
-                return_error=True,
-                norm_X=norm_X,
-            )
-        else:
-            W, H, n_iter, error = _fit_multiplicative_update_xp(
-                op, W, H, max_iter=self.max_iter, tol=self.tol, update_H=True
-            )
-            if error is None:
-                XHt = op.matmul(xp.matrix_transpose(H))
-                error = _frobenius_error_xp(xp, _norm_sq(op), W, H, XHt)
+        W, H, n_iter, error = _fit_multiplicative_update(
+            op,
+            W,
+            H,
+            max_iter=self.max_iter,
+            tol=self.tol,
+            update_H=True,
+            return_error=True,
+            norm_X=norm_X,
+        )
         self._warn_max_iter(n_iter)
         self.reconstruction_err_ = error
         self.n_components_ = int(H.shape[0])
         # Fitted attributes stay where the fit ran.
         self.components_ = H
         self.n_iter_ = n_iter
-        return _to_caller(W, xp, xp_in, device_in)
+        return caller.give(W)
 
     def fit(self, X, y=None, **params):
         """Learn the factorization.
@@ -1408,7 +1355,7 @@ class FactorizedGNMF(
             The factor ``W`` of ``X``.
         """
         check_is_fitted(self)
-        xp_in, device_in = input_namespace(X)
+        caller = Caller(X)
         op = validate_X(
             self,
             X,
@@ -1419,30 +1366,27 @@ class FactorizedGNMF(
         )
         xp = op.xp
         avg = np.sqrt(_data_mean(op) / self.n_components_)
-        shape = (op.n_rows, self.n_components_)
-        if is_numpy_namespace(xp):
-            H = to_numpy(self.components_).astype(op.dtype, copy=True)
-            # Before W exists (see fit_transform).
-            norm_X = _norm_sq(op) if self.tol > 0 else None
-            W = np.full(shape, avg, dtype=op.dtype)
-            W, _, n_iter, _ = _fit_multiplicative_update(
-                op,
-                W,
-                H,
-                max_iter=self.max_iter,
-                tol=self.tol,
-                update_H=False,
-                norm_X=norm_X,
-            )
-        else:
-            H = asarray_on(self.components_, xp, op.device, op.dtype)
-            dtype = namespace_dtype(xp, op.dtype)
-            W = xp.full(shape, float(avg), dtype=dtype, device=op.device)
-            W, _, n_iter, _ = _fit_multiplicative_update_xp(
-                op, W, H, max_iter=self.max_iter, tol=self.tol, update_H=False
-            )
+        # The fitted H where the data is (not modified: H stays fixed).
+        H = asarray_on(self.components_, xp, op.device, op.dtype)
+        # Before W exists (see fit_transform).
+        norm_X = _norm_sq(op) if self.tol > 0 else None
+        W = xp.full(
+            (op.n_rows, self.n_components_),
+            float(avg),
+            dtype=namespace_dtype(xp, op.dtype),
+            device=op.device,
+        )
+        W, _, n_iter, _ = _fit_multiplicative_update(
+            op,
+            W,
+            H,
+            max_iter=self.max_iter,
+            tol=self.tol,
+            update_H=False,
+            norm_X=norm_X,
+        )
         self._warn_max_iter(n_iter)
-        return _to_caller(W, xp, xp_in, device_in)
+        return caller.give(W)
 
     def inverse_transform(self, X):
         """Map ``W`` back to the data space: ``W @ components_``.
@@ -1458,11 +1402,9 @@ class FactorizedGNMF(
             The reconstruction (dense: it is the joined matrix's size).
         """
         check_is_fitted(self)
-        H = self.components_
-        if _is_host(X) and _is_host(H):
-            return X @ H
-        # The (small) components go to where ``X`` is.
-        return X @ asarray_on(H, get_namespace(X), device_of(X))
+        # The (small) components go to where ``X`` is (no copy when both are
+        # NumPy).
+        return X @ asarray_on(self.components_, *input_namespace(X))
 
     @property
     def _n_features_out(self):
@@ -1474,10 +1416,3 @@ class FactorizedGNMF(
         tags.input_tags.sparse = True
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         return tags
-
-
-def _to_caller(out, xp, xp_in, device_in):
-    """``out`` (computed in ``xp``) in the caller's namespace and on its device."""
-    if xp is xp_in or (is_numpy_namespace(xp) and is_numpy_namespace(xp_in)):
-        return out
-    return asarray_on(out, xp_in, device_in)
