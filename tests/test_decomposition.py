@@ -470,7 +470,7 @@ def test_generic_w_update_on_numpy_matches_the_fast_variants(
 
     monkeypatch.setattr(gnmf_module, "_BLOCK_ELEMENTS", 1)
     ds = random_dataset(8, n_rows=250, scenario=scenario, nonneg=True)
-    rtol = _rtol(ds.dtype)
+    rtol = tolerance(ds.dtype, "iterative")
     W0, H0 = _init(*ds.shape, 3, dtype=ds.dtype, seed=4)
     kw = dict(max_iter=30, tol=1e-4, update_H=update_H, return_error=True)
     fast = _fit_op(ds.operator, W0, H0, **kw)
