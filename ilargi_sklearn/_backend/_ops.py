@@ -1,4 +1,14 @@
-"""Gather, scatter-add and sparse products with fast NumPy/SciPy paths.
+"""Gather, scatter-add, sparse products and array primitives, per array library.
+
+Each function here takes arrays of any namespace and picks, per call, the NumPy/SciPy
+fast path or a path in the array-API standard (with CuPy's own where it has one):
+the operators of :mod:`ilargi_sklearn.dataset` are written once over them. Besides
+:class:`RowMap` and :func:`segment_sum` below, they create and cast arrays
+(:func:`zeros`, :func:`astype`), read and place parameter-sized blocks at host
+positions (:func:`select_rows`, :func:`add_rows`, :func:`add_block`,
+:func:`put_columns`: integer-array indexing on NumPy, one-hot placement products
+where the standard has none), convert formats (:func:`to_format`, :func:`as_csr`,
+:func:`diags`) and size the blocks of host passes (:func:`row_blocks`).
 
 The array-API standard leaves scatter-add with repeated indices undefined, and the
 fastest gather and scatter differ with the number of right-hand-side columns, so both
@@ -66,7 +76,9 @@ __all__ = [
     "as_csr",
     "as_index",
     "astype",
+    "canonical_csr",
     "column_sums",
+    "contiguous",
     "contiguous_index",
     "diags",
     "empty",
@@ -82,6 +94,7 @@ __all__ = [
     "row_sums",
     "safe_sparse_dot",
     "segment_sum",
+    "select_columns",
     "select_rows",
     "square",
     "to_dense",
@@ -105,6 +118,8 @@ _ONE_HOT_BLOCK = 1 << 20
 
 def is_sparse(A: Any) -> bool:
     """Return whether ``A`` is a SciPy (or ``cupyx.scipy``) sparse matrix."""
+    if type(A) is np.ndarray:
+        return False
     if sp.issparse(A):
         return True
     return type(A).__module__.startswith("cupyx.scipy.sparse")
@@ -113,7 +128,8 @@ def is_sparse(A: Any) -> bool:
 def _host(x: Any) -> bool:
     """Whether ``x`` takes the NumPy/SciPy path (host arrays, sparse, lists, None)."""
     return (
-        x is None
+        type(x) is np.ndarray
+        or x is None
         or isinstance(x, (np.ndarray, list, tuple, int, float, np.generic))
         or sp.issparse(x)
     )
@@ -134,7 +150,7 @@ def to_dense(A: Any) -> Any:
     """
     if is_sparse(A):
         return A.toarray()
-    if _host(A):
+    if type(A) is not np.ndarray and _host(A):
         return np.asarray(A)
     return A
 
@@ -157,6 +173,8 @@ def flat(A: Any) -> Any:
 
 def as_array(X: Any) -> Any:
     """A right-hand side as an array: lists and NumPy matrices as ndarrays."""
+    if type(X) is np.ndarray:
+        return X
     if _host(X) and not sp.issparse(X):
         return np.asarray(X)
     return X
@@ -326,6 +344,47 @@ def as_index(rows: Any, xp: Any = None, device: Any = None) -> Any:
     if _host(rows):
         rows = np.asarray(rows, dtype=np.int64)
     return asarray_on(rows, xp, device)
+
+
+def select_columns(S: Any, cols: np.ndarray) -> Any:
+    """``S[:, cols]`` for host column positions ``cols`` (a copy), any library."""
+    if isinstance(S, np.ndarray) or sp.issparse(S):
+        return S[:, cols]
+    xp = get_namespace(S)
+    cols = asarray_on(cols, xp, device_of(S))
+    if is_sparse(S):
+        return S[:, cols]
+    return xp.take(S, cols, axis=1)
+
+
+def canonical_csr(A: Any, dtype: Any = None) -> Any:
+    """``A`` as CSR without duplicates or explicit zeros, never modifying ``A``.
+
+    ``sp.csr_matrix(A)`` shares the arrays of a CSR input, and ``sum_duplicates``
+    / ``eliminate_zeros`` work in place, so a copy is made before fixing a
+    non-canonical matrix (the caller's matrix must stay as it was). A ``cupyx``
+    matrix is converted (a copy) and fixed on its device.
+    """
+    if not sp.issparse(A):
+        out = A.tocsr().astype(A.dtype if dtype is None else dtype)
+        out.sum_duplicates()
+        out.eliminate_zeros()
+        return out
+    out = sp.csr_matrix(A, dtype=dtype)
+    if not out.has_canonical_format or not np.all(out.data != 0):
+        out = out.copy()
+        out.sum_duplicates()
+        out.eliminate_zeros()
+    return out
+
+
+def contiguous(A: Any, dtype: Any) -> Any:
+    """A dense ``A`` cast to the NumPy ``dtype``, C-contiguous on the host."""
+    if isinstance(A, np.ndarray):
+        return np.ascontiguousarray(A, dtype=dtype)
+    xp = get_namespace(A)
+    target = namespace_dtype(xp, dtype)
+    return A if A.dtype == target else xp.astype(A, target)
 
 
 def select_rows(X: Any, index: Any) -> Any:
@@ -657,7 +716,7 @@ class RowMap:
         self._device: Any = "cpu"
 
     @classmethod
-    def _on_device(
+    def _device_copy(
         cls,
         idx: Any,
         n_source_rows: int,
@@ -705,7 +764,7 @@ class RowMap:
             host = to_numpy(self._idx)
             small = self.n_source_rows < np.iinfo(np.int32).max
             idx = asarray_on(host, xp, device, np.int32 if small else np.int64)
-        return RowMap._on_device(
+        return RowMap._device_copy(
             idx,
             self.n_source_rows,
             self.n_rows,
@@ -764,12 +823,12 @@ class RowMap:
     def take(self, rows: np.ndarray) -> RowMap:
         """Row-select the target: ``I[rows]``."""
         if self._xp is not None:
-            return self._take_on_device(rows)
+            return self._device_take(rows)
         if self._idx is None:
             return RowMap(np.asarray(rows, dtype=np.int64), self.n_source_rows)
         return RowMap(self._idx[rows], self.n_source_rows)
 
-    def _take_on_device(self, rows: Any) -> RowMap:
+    def _device_take(self, rows: Any) -> RowMap:
         xp = self._xp
         dtype = xp.int32 if self.n_source_rows < np.iinfo(np.int32).max else xp.int64
         if isinstance(rows, np.ndarray) or not hasattr(rows, "shape"):
@@ -778,12 +837,12 @@ class RowMap:
         n = int(rows.shape[0])
         if self._idx is None:
             idx = xp.astype(rows, dtype)
-            return RowMap._on_device(
+            return RowMap._device_copy(
                 idx, self.n_source_rows, n, xp, self._device, False
             )
         idx = xp.take(self._idx, rows, axis=0)
         # Inherited "has missing" is conservative (the zero-row trick stays exact).
-        return RowMap._on_device(
+        return RowMap._device_copy(
             idx, self.n_source_rows, n, xp, self._device, self._has_missing
         )
 

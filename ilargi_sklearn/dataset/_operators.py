@@ -290,7 +290,7 @@ def _resolve_format(fmt: Format, sparse_default: bool) -> bool:
     return fmt == "sparse"
 
 
-def _host_xp(xp: Any) -> Any:
+def _device_namespace(xp: Any) -> Any:
     """None for NumPy (the marker the fast paths test), else ``xp``."""
     return None if is_numpy_namespace(xp) else xp
 
@@ -310,7 +310,7 @@ class MatrixOperator(Operator):
         if len(A.shape) != 2:
             raise ValueError(f"expected a 2-D matrix, got shape {A.shape}.")
         # None on NumPy/SciPy: the marker of the host fast paths (``fused_layout``).
-        self._xp = _host_xp(get_namespace(A))
+        self._xp = _device_namespace(get_namespace(A))
         self.A = A
         self.shape = (int(A.shape[0]), int(A.shape[1]))
         self.dtype = numpy_dtype(A.dtype)
@@ -358,7 +358,7 @@ class MatrixOperator(Operator):
         if weights is None:
             G = A.T @ A
         else:
-            w = asarray_on(weights, self.xp, self.device, self.dtype)
+            w = asarray_on(weights, self._xp, self.device, self.dtype)
             G = A.T @ diags(w) @ A if _any_sparse(A) else (A * w[:, None]).T @ A
         return to_format(G, _resolve_format(format, self.is_sparse))
 
@@ -380,7 +380,9 @@ class MatrixOperator(Operator):
         return flat(safe_sparse_dot(A2, as_array(col_weights)))
 
     def take_rows(self, rows: Any) -> MatrixOperator:
-        return MatrixOperator(select_rows(self.A, as_index(rows, self.xp, self.device)))
+        return MatrixOperator(
+            select_rows(self.A, as_index(rows, self._xp, self.device))
+        )
 
     def materialize(self, format: Format = "auto") -> Any:
         return to_format(self.A, _resolve_format(format, self.is_sparse))
@@ -448,7 +450,7 @@ class FactorizedMatrix(Operator):
         self.dtype = np.dtype(dtype)
         # None on NumPy/SciPy sources: the marker of the host fast paths (the
         # compiled cross tables, ``fused_layout``); else the device namespace.
-        self._xp = _host_xp(get_namespace(*(t.S for t in self.terms)))
+        self._xp = _device_namespace(get_namespace(*(t.S for t in self.terms)))
 
     def __getstate__(self) -> dict[str, Any]:
         # The fused-kernel layout is a cache (rebuilt on demand), not state.
@@ -505,7 +507,7 @@ class FactorizedMatrix(Operator):
     def _zeros(self, shape: tuple[int, ...], dtype: Any = None) -> Any:
         """Zeros in the operator's namespace and device (its dtype by default)."""
         dtype = self.dtype if dtype is None else dtype
-        return zeros(shape, dtype, xp=self.xp, device=self.device)
+        return zeros(shape, dtype, xp=self._xp, device=self.device)
 
     def _row_groups(self) -> list[tuple[RowMap, list[Term]]]:
         """Terms grouped by shared row map (one gather or scatter per group).
@@ -553,7 +555,7 @@ class FactorizedMatrix(Operator):
             else:
                 out[...] = first
         elif out is None:
-            out = empty(shape, dtype, xp=self.xp, device=self.device)
+            out = empty(shape, dtype, xp=self._xp, device=self.device)
         # Blocks of target rows whose output fits in cache: each block is written
         # once, no n-sized temporaries (1.85x faster and half the memory on a
         # 1e6 x 8 product).
@@ -801,7 +803,7 @@ class FactorizedMatrix(Operator):
         return out
 
     def take_rows(self, rows: Any) -> FactorizedMatrix:
-        rows = as_index(rows, self.xp, self.device)
+        rows = as_index(rows, self._xp, self.device)
         terms = [Term(t.S, t.rows.take(rows), t.cols, t.source) for t in self.terms]
         return FactorizedMatrix(terms, int(rows.shape[0]), self.n_cols, self.dtype)
 
@@ -885,7 +887,7 @@ class AffineOperator(Operator):
         self.base = base
         xp, dev = base.xp, base.device
         # None on NumPy: the marker of the host fast paths (``fused_layout``).
-        self._xp = _host_xp(xp)
+        self._xp = _device_namespace(xp)
         self.shape = base.shape
         self.dtype = dtype
         xdt = namespace_dtype(xp, dtype)
