@@ -957,7 +957,7 @@ class AffineOperator(Operator):
             Y = as_array(Y)
         out = self.base.rmatmul(Y)
         if self.has_offset:
-            ysum = column_sums(Y)
+            ysum = column_sums(Y, self.xp)
             out = out - (
                 self.offset * ysum if Y.ndim == 1 else self._outer(self.offset, ysum)
             )
