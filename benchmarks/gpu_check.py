@@ -290,7 +290,7 @@ def _sprand(m: int, n: int, dtype: Any = np.float64, seed: int = 0) -> sp.csr_ma
 
 def api_add_at(bk: Backend) -> str:
     """``cupy.add.at``: the scatter-add of the probe (and the replacement that
-    ``_ops.xp_segment_sum`` should use instead of ``cupyx.scatter_add``)."""
+    ``_ops.segment_sum`` uses on CuPy instead of ``cupyx.scatter_add``)."""
     rng = _rng()
     idx = rng.integers(0, 5, 60).astype(np.int32)
     for dt in (np.float64, np.float32):
@@ -310,7 +310,7 @@ def api_add_at(bk: Backend) -> str:
 
 
 def api_scatter_add(bk: Backend) -> str:
-    """``cupyx.scatter_add`` exactly as ``_ops.xp_segment_sum`` calls it."""
+    """``cupyx.scatter_add`` as ``_ops.segment_sum`` would call it."""
     rng = _rng()
     idx = rng.integers(-1, 4, 60).astype(np.int32)  # -1: no match
     Y = rng.standard_normal((60, 2))
@@ -326,7 +326,7 @@ def api_scatter_add(bk: Backend) -> str:
 
 
 def api_take(bk: Backend) -> str:
-    """``xp.take`` of a zero-padded source with -1 entries (``_ops.xp_gather``)."""
+    """``xp.take`` of a zero-padded source with -1 entries (``_ops.gather_rows``)."""
     rng = _rng()
     Z = rng.standard_normal((4, 3))
     idx = np.array([0, -1, 3, 2, -1, 1], dtype=np.int32)
@@ -391,7 +391,7 @@ def api_indicator(bk: Backend) -> str:
 
 
 def api_csr_construct(bk: Backend) -> str:
-    """CSR from a dense device array (``_xp_format``) and from SciPy
+    """CSR from a dense device array (``_ops.to_format``) and from SciPy
     (``asarray_on``), ``get`` back to SciPy, index dtypes."""
     G = np.array([[0.0, 2.0, 0.0], [1.0, 0.0, 3.0]])
     m = bk.sparse.csr_matrix(bk.xp.asarray(G))
@@ -458,7 +458,7 @@ def api_sparse_ops(bk: Backend) -> str:
 
 
 def api_coo(bk: Backend) -> str:
-    """``FactorizedMatrix._xp_materialize`` (sparse): COO parts, remapped columns,
+    """``_sparse.sparse_join`` on CuPy: COO parts, remapped columns,
     concatenation of int32 and int64 index arrays, back to CSR."""
     xp = bk.xp
     S = _sprand(5, 3, np.float64, seed=2)

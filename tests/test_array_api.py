@@ -18,7 +18,7 @@ from ilargi_sklearn._backend._namespace import (
     is_numpy_namespace,
     to_numpy,
 )
-from ilargi_sklearn._backend._ops import xp_segment_sum
+from ilargi_sklearn._backend._ops import segment_sum
 from ilargi_sklearn.dataset import AffineOperator, MatrixOperator
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
 
@@ -55,7 +55,7 @@ def test_segment_sum_and_gather_fallback(k):
     dm = rm.to_namespace(xps, DEV)
     Yd = asarray_on(Y, xps, DEV)
     _check(rm.scatter(Y), dm.scatter(Yd), np.float64, "scatter")
-    _check(rm.scatter(Y), xp_segment_sum(Yd, dm._idx, 7), np.float64, "operator")
+    _check(rm.scatter(Y), segment_sum(Yd, dm._idx, 7), np.float64, "operator")
     Z = rng.standard_normal(7 if k is None else (7, k))
     _check(rm.gather(Z), dm.gather(asarray_on(Z, xps, DEV)), np.float64, "gather")
     _check(

@@ -25,6 +25,7 @@ __all__ = [
     "is_numpy_namespace",
     "namespace_dtype",
     "numpy_dtype",
+    "same_namespace",
     "to_numpy",
 ]
 
@@ -109,6 +110,11 @@ def get_namespace(*arrays: Any) -> Any:
 def is_numpy_namespace(xp: Any) -> bool:
     """Whether ``xp`` is NumPy (plain, or wrapped by ``array_api_compat``)."""
     return xp is None or getattr(xp, "__name__", "") in _NUMPY_NAMES
+
+
+def same_namespace(xp: Any, other: Any) -> bool:
+    """Whether ``xp`` and ``other`` are one namespace (any two spellings of NumPy)."""
+    return xp is other or (is_numpy_namespace(xp) and is_numpy_namespace(other))
 
 
 def is_cupy_namespace(xp: Any) -> bool:

@@ -56,7 +56,7 @@ from ilargi_sklearn._backend._namespace import (
     numpy_dtype,
     to_numpy,
 )
-from ilargi_sklearn._backend._ops import xp_column_sums
+from ilargi_sklearn._backend._ops import sum_axis0
 from ilargi_sklearn.cluster._lloyd_numba import (
     fused_accumulate,
     fused_assign,
@@ -851,7 +851,7 @@ def _lloyd_iter_xp(op, sample_weight, centers, x_squared_norms, update_centers=T
     clusters = xp.arange(n_clusters, device=op.device)
     assignment = xp.astype(labels[:, None] == clusters[None, :], partial.dtype)
     assignment = assignment * sample_weight[:, None]
-    weight_in_clusters = to_numpy(xp_column_sums(assignment, xp)).astype(centers.dtype)
+    weight_in_clusters = to_numpy(sum_axis0(assignment, xp)).astype(centers.dtype)
     centers_new = np.ascontiguousarray(
         to_numpy(op.rmatmul(assignment)).T, dtype=centers.dtype
     )

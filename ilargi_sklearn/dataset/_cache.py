@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
+from ilargi_sklearn._backend._ops import nbytes
 from ilargi_sklearn.dataset._multi_source import MultiSourceDataset
 from ilargi_sklearn.dataset._operators import (
     AffineOperator,
     FactorizedMatrix,
     MatrixOperator,
     Operator,
-    _xp_nbytes,
 )
 
 __all__ = [
@@ -208,7 +208,7 @@ def materialized_operator(
     # small slice its own join is cheaper.
     if M is None and (rows is None or 2 * rows.shape[0] >= root.n_rows):
         M = root.materialize()
-        _CACHE.put(token, device, M, _xp_nbytes(M), root)
+        _CACHE.put(token, device, M, nbytes(M), root)
     base, layers = _unwrap_affine(ds.operator)
     A = base.materialize() if M is None else (M if rows is None else M[rows])
     op: Operator = MatrixOperator(A)

@@ -16,31 +16,20 @@ import scipy.sparse as sp
 
 from ilargi_sklearn._backend import RowMap
 from ilargi_sklearn._backend._namespace import (
+    asarray_on,
     get_namespace,
-    is_cupy_namespace,
-    is_numpy_namespace,
-    namespace_dtype,
     numpy_dtype,
     to_numpy,
+)
+from ilargi_sklearn._backend._ops import (
+    canonical_csr,
+    contiguous,
+    is_sparse,
+    select_columns,
 )
 from ilargi_sklearn.dataset._operators import FactorizedMatrix, Term
 
 __all__ = ["build_factorized", "check_finite", "check_source", "indicator_to_index"]
-
-
-def _canonical_csr(A: Any, dtype: Any) -> sp.csr_matrix:
-    """``A`` as CSR without duplicates or explicit zeros, never modifying ``A``.
-
-    ``sp.csr_matrix(A)`` shares the arrays of a CSR input, and ``sum_duplicates`` /
-    ``eliminate_zeros`` work in place, so a copy is made before fixing a
-    non-canonical matrix (the caller's matrix must stay as it was).
-    """
-    out = sp.csr_matrix(A, dtype=dtype)
-    if not out.has_canonical_format or not np.all(out.data != 0):
-        out = out.copy()
-        out.sum_duplicates()
-        out.eliminate_zeros()
-    return out
 
 
 def check_source(
@@ -61,53 +50,20 @@ def check_source(
     in that namespace, on their device: they are not converted to NumPy.
     """
     xp = get_namespace(S)
-    if not is_numpy_namespace(xp):
-        return _check_device_source(S, xp, name, dtype, feature_names, finite)
-    if sp.issparse(S):
-        S = _canonical_csr(S, dtype)
+    if is_sparse(S):
+        S = canonical_csr(S, dtype)
     else:
-        S = np.asarray(S)
-        if S.ndim == 1:
-            S = S[:, None]
-        if S.ndim != 2:
-            raise ValueError(f"source {name!r} must be 2-D, got shape {S.shape}.")
-        if S.dtype.kind not in "biuf":
-            raise TypeError(
-                f"source {name!r} has dtype {S.dtype}; sources must be numeric "
-                "(encode categorical columns first, or use MultiSourceDataset.from_frames)."
-            )
-        S = np.ascontiguousarray(S, dtype=dtype)
-    if finite:
-        check_finite(S, name, feature_names)
-    return S
-
-
-def _check_device_source(
-    S: Any,
-    xp: Any,
-    name: str,
-    dtype: Any,
-    feature_names: Sequence[str] | None,
-    finite: bool,
-) -> Any:
-    if type(S).__module__.startswith("cupyx.scipy.sparse"):
-        S = S.tocsr().astype(dtype)
-        S.sum_duplicates()
-        S.eliminate_zeros()
-    else:
+        S = asarray_on(S, xp)
         if S.ndim == 1:
             S = xp.reshape(S, (-1, 1))
         if S.ndim != 2:
             raise ValueError(f"source {name!r} must be 2-D, got shape {S.shape}.")
-        kind = numpy_dtype(S.dtype).kind
-        if kind not in "biuf":
+        if numpy_dtype(S.dtype).kind not in "biuf":
             raise TypeError(
                 f"source {name!r} has dtype {S.dtype}; sources must be numeric "
                 "(encode categorical columns first, or use MultiSourceDataset.from_frames)."
             )
-        target = namespace_dtype(xp, dtype)
-        if S.dtype != target:
-            S = xp.astype(S, target)
+        S = contiguous(S, dtype)
     if finite:
         check_finite(S, name, feature_names)
     return S
@@ -116,16 +72,11 @@ def _check_device_source(
 def check_finite(S: Any, name: str, feature_names: Sequence[Any] | None = None) -> None:
     """Raise a ``ValueError`` naming the source and column if ``S`` has NaN or inf."""
     xp = get_namespace(S)
-    if not is_numpy_namespace(xp):
-        values = S.data if is_cupy_namespace(xp) and hasattr(S, "indptr") else S
-        # One device-side reduction; the host copy only on the error path.
-        if bool(xp.all(xp.isfinite(values))):
-            return
-        S = to_numpy(S)
-    values = S.data if sp.issparse(S) else S
-    finite = np.isfinite(values)
-    if finite.all():
+    # One reduction in the source's namespace; the host copy only on the error path.
+    if bool(xp.all(xp.isfinite(S.data if is_sparse(S) else S))):
         return
+    S = to_numpy(S)
+    finite = np.isfinite(S.data if sp.issparse(S) else S)
     if sp.issparse(S):
         bad_col = int(S.indices[np.nonzero(~finite)[0][0]])
     else:
@@ -140,7 +91,7 @@ def check_finite(S: Any, name: str, feature_names: Sequence[Any] | None = None) 
 def indicator_to_index(ind: Any, n_source_rows: int, name: str) -> np.ndarray:
     """Convert an indicator (index vector or sparse binary matrix) to an index vector."""
     if sp.issparse(ind):
-        ind = _canonical_csr(ind, None)
+        ind = canonical_csr(ind)
         if ind.shape[1] != n_source_rows:
             raise ValueError(
                 f"indicator of source {name!r} has {ind.shape[1]} columns but the source "
@@ -240,15 +191,8 @@ def build_factorized(
                 src_cols_arr == np.arange(S.shape[1])
             ):
                 S_t = S
-            elif isinstance(S, np.ndarray) or sp.issparse(S):
-                S_t = S[:, src_cols_arr]
             else:
-                xp = get_namespace(S)
-                if hasattr(S, "indptr"):  # cupyx sparse
-                    S_t = S[:, xp.asarray(src_cols_arr)]
-                else:
-                    cols_dev = xp.asarray(src_cols_arr, device=S.device)
-                    S_t = xp.take(S, cols_dev, axis=1)
+                S_t = select_columns(S, src_cols_arr)
             rows = rm
             if higher:
                 drop = np.zeros(n_rows, dtype=bool)

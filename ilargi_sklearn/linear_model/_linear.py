@@ -23,7 +23,7 @@ from ilargi_sklearn._backend._namespace import (
     namespace_dtype,
     to_numpy,
 )
-from ilargi_sklearn._backend._ops import xp_column_sums
+from ilargi_sklearn._backend._ops import sum_axis0
 from ilargi_sklearn._backend._plan import UnsupportedOnDeviceError
 from ilargi_sklearn.dataset._operators import matmul_into
 from ilargi_sklearn.linear_model._loss import (
@@ -221,7 +221,7 @@ def _solve_normal_equations(op, Y, sample_weight, fit_intercept, cond, max_refin
         return xp.astype(a, xdt, copy=False)
 
     def colsum(a):
-        return _host64(xp_column_sums(a, xp))
+        return _host64(sum_axis0(a, xp))
 
     if sample_weight is None:
         sw_sum = float(n_samples)

@@ -46,7 +46,7 @@ from ilargi_sklearn._backend._namespace import (
     namespace_dtype,
     to_numpy,
 )
-from ilargi_sklearn._backend._ops import xp_column_sums
+from ilargi_sklearn._backend._ops import sum_axis0
 from ilargi_sklearn.dataset._operators import (
     AffineOperator,
     FusedLayout,
@@ -277,7 +277,7 @@ def _loss_and_grad(
         g_coef[:] = to_numpy(op.rmatmul(rhs)).T
     value += _l2_penalty(coef, g_coef, l2_reg_strength)
     if fit_intercept:
-        g_intercept[:] = to_numpy(xp_column_sums(grad_raw, xp))
+        g_intercept[:] = to_numpy(sum_axis0(grad_raw, xp))
     return value, grad
 
 
