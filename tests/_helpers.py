@@ -173,3 +173,22 @@ def classification_data(seed=0, scenario="left", n_rows=120, n_classes=2):
     ds, y = regression_data(seed, scenario, n_rows)
     edges = np.quantile(y, np.linspace(0, 1, n_classes + 1)[1:-1])
     return ds, np.digitize(y, edges)
+
+
+def plant_compile_failure(monkeypatch, kernel=None):
+    """numba importable, but kernel ``kernel`` (every kernel when None) fails to
+    compile at its first call (the launcher then disables compiled code)."""
+    import numba
+
+    from ilargi_sklearn._backend import _launcher
+
+    def broken(*args):
+        raise numba.core.errors.TypingError("planted compile failure")
+
+    monkeypatch.setitem(_launcher._state, "numba", _launcher._import_numba())
+    original = _launcher._kernel
+    monkeypatch.setattr(
+        _launcher,
+        "_kernel",
+        lambda name: broken if kernel in (None, name) else original(name),
+    )

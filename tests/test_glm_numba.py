@@ -1,4 +1,4 @@
-"""The compiled binomial objective: equal to the NumPy path and to scikit-learn."""
+"""The logistic objective's compiled pass (``linear_model/_glm_numba.py``): equal to NumPy."""
 
 import numpy as np
 import pytest
