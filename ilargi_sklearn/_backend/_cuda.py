@@ -3,10 +3,10 @@
 A factorized operator's scatter ``I^T Y`` adds every target row into the row of a
 small source table. ``cupy.add.at`` does this with one atomic add per element, and
 at a tuple ratio of 1,000 each address of the output takes 1,000 of them in turn.
-For a gram's cross term it also needs the ``n x k`` gathered rows first. Measured on
-an H200 at 1e7 rows and 8 columns (``benchmarks/gpu_segments.py``): cross term 0.84
-ms with ``add.at``, 0.31 ms here; a plain scatter 0.46 against 0.39 ms at tuple
-ratio 1,000 but 0.47 against 0.62 ms at ratio 20 (``RowMap`` picks per ratio).
+For a gram's cross term it also needs the ``n x k`` gathered rows first. The
+sorted segments here win for cross terms, and for plain scatters only at high tuple
+ratios (``RowMap`` picks per ratio; figures from ``benchmarks/gpu_segments.py`` in
+``benchmarks/README.md``).
 
 Here the target rows are sorted by their source row once per row map (an argsort,
 cached), and one warp sums each source row's segment: every lane adds a

@@ -554,8 +554,8 @@ class FactorizedMatrix(Operator):
         elif out is None:
             out = empty(shape, dtype, xp=self._xp, device=self.device)
         # Blocks of target rows whose output fits in cache: each block is written
-        # once, no n-sized temporaries (1.85x faster and half the memory on a
-        # 1e6 x 8 product).
+        # once, no n-sized temporaries (faster, and half the memory of a
+        # whole-array pass).
         width = 1 if X.ndim == 1 else max(X.shape[1], 1)
         step = row_blocks(n, dtype.itemsize * width, _BLOCK_BYTES, xp=self._xp)
         for start in range(0, n, step):
@@ -657,15 +657,10 @@ class FactorizedMatrix(Operator):
         the compiled kernels are available (they read host memory), and for
         anchors with at least :data:`_CROSS_MIN_RATIO` target rows per source row
         (or small data); the other pairs, sparse sources, device sources and
-        everything without numba take :meth:`RowMap.cross_block`. Keys are term positions ``(i, j)``, ``i < j``.
-
-        Measured on 2e5 target rows, two dimension tables, one thread (first gram
-        of a fresh dataset, so the sparse path builds its cached indicators): 7.4
-        against 11.0 ms at tuple ratio 20 and feature ratio 2, 10.3 against 12.3 ms
-        at feature ratio 5, 10.2 against 12.8 ms at tuple ratio 5; at 2e6 rows 120
-        against 159 ms (tuple ratio 20). Below tuple ratio 5 the tables are nearly
-        as long as the data and their random writes lose: 19.7 against 17.0 ms at
-        tuple ratio 3, 49 against 21 ms at tuple ratio 1 and feature ratio 0.5.
+        everything without numba take :meth:`RowMap.cross_block`. Keys are term
+        positions ``(i, j)``, ``i < j``. Below the tuple ratio threshold the tables
+        are nearly as long as the data and their random writes lose to the sparse
+        path (``benchmarks/README.md``).
         """
         terms = self.terms
         if (

@@ -434,8 +434,7 @@ def _solve_lsqr(op, Y, sample_weight, fit_intercept, tol):
         mu = np.zeros(n_features)
 
     # n-sized workspaces reused by every product: a fresh n-sized array per
-    # product costs its page faults each time (on a VM where a fault costs 6-15 us
-    # per 4 KiB page, 12 ms instead of 0.4 ms per product at 4e5 rows). LSQR
+    # product costs its page faults each time (expensive on a virtual machine). LSQR
     # consumes each matvec result before the next call, so one buffer suffices.
     prod = np.empty(n_samples, dtype=dtype)
     res = prod if dtype == np.float64 else np.empty(n_samples)

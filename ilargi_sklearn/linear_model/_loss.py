@@ -367,8 +367,7 @@ class _FusedBinomial:
     Unmatched rows (index -1) have zeros in ``T``: they add nothing.
 
     The rows go through in blocks (:meth:`_block_rows`), each block's products,
-    passes and n-length temporaries while they are in the cache: 3.1 against
-    3.3 ms per evaluation at 2e5 rows and two tables, one thread.
+    passes and n-length temporaries while they are in the cache.
     """
 
     def __init__(self, layout):
@@ -387,9 +386,9 @@ class _FusedBinomial:
         ):
             # The products X0_b e0 and X0_b^T g of a narrow row-major X0 run as
             # dot products of a few elements per row; on a column-major copy
-            # they stream whole columns (2e5 x 5, per evaluation: 0.32 against
-            # 0.84 ms; even at 12 columns, 1.2 against 1.4 ms; at 20 the
-            # row-major products win). The copy is made once per fit.
+            # they stream whole columns, faster up to about a dozen columns
+            # (beyond, the row-major products win). The copy is made once per
+            # fit.
             self.base = np.asfortranarray(X0)
         self.groups = [(g.idx, g.S, g.cols) for g in layout.groups]
         # Each group's entries, then one zero entry for its unmatched rows.
