@@ -357,7 +357,8 @@ def _kmeans_plusplus(
 #   them, made once per run;
 # * ``center_sums(labels, weights, dtype)``: ``T^T A`` (host, n_clusters x
 #   n_features) and the weight of each cluster (M-step);
-# * ``run(...)``: one Lloyd run of the kernel on these steps;
+# * ``run(...)``: one Lloyd run of the kernel on these steps (the compiled ones
+#   run it on the generic steps when numba cannot compile here);
 # * ``lazy_row_norms``: whether the kernel can do without the row norms (then they
 #   are computed only to relocate an empty cluster).
 
@@ -435,7 +436,9 @@ class _LloydSteps:
         sums = np.ascontiguousarray(to_numpy(op.rmatmul(A)).T, dtype=dtype)
         return sums, to_numpy(weight_in_clusters).astype(dtype, copy=False)
 
-    def run(self, op, sample_weight, centers_init, x_squared_norms, max_iter, tol, uw):
+    def run(
+        self, op, sample_weight, centers_init, x_squared_norms, max_iter, tol, unit
+    ):
         return _kmeans_single_lloyd(
             op,
             sample_weight,
@@ -444,7 +447,7 @@ class _LloydSteps:
             max_iter,
             tol,
             steps=self,
-            unit_weights=uw,
+            unit_weights=unit,
         )
 
 
@@ -665,9 +668,29 @@ class _FusedLloyd:
             sums *= self.scale
         return sums.astype(dtype), wsum.astype(dtype)
 
-    def run(self, op, sample_weight, centers_init, x_squared_norms, max_iter, tol, uw):
-        return _kmeans_single_lloyd_fused(
-            self, op, sample_weight, centers_init, x_squared_norms, max_iter, tol, uw
+    def run(
+        self, op, sample_weight, centers_init, x_squared_norms, max_iter, tol, unit
+    ):
+        # After a compile failure numba_available() is False for the process.
+        if numba_available():
+            try:
+                return _kmeans_single_lloyd_fused(
+                    self,
+                    op,
+                    sample_weight,
+                    centers_init,
+                    x_squared_norms,
+                    max_iter,
+                    tol,
+                    unit,
+                )
+            except CompiledUnavailable:
+                pass  # numba cannot compile here: the same run on the generic steps
+        if x_squared_norms is None:
+            x_squared_norms = _row_sq_norms(op)
+        generic = _LloydSteps(op, self.k)
+        return generic.run(
+            op, sample_weight, centers_init, x_squared_norms, max_iter, tol, unit
         )
 
 
@@ -951,8 +974,8 @@ class FactorizedKMeans(
         k-means++ bookkeeping (candidate indices, potentials) run on the host.
         ``cluster_centers_`` and ``labels_`` stay where the fit ran;
         ``predict``/``transform`` return the caller's array type; pickles hold
-        NumPy arrays. "gpu" without a usable GPU raises a ``RuntimeError`` with the
-        probe's reason. A materialized dense plan on the GPU is fitted by cuML's
+        NumPy arrays. "gpu" without a usable GPU raises a
+        ``DeviceUnavailableError`` (a ``RuntimeError``) with the probe's reason. A materialized dense plan on the GPU is fitted by cuML's
         ``KMeans`` when cuML is installed (its seeding differs: "k-means++"
         becomes k-means||).
 
@@ -1183,17 +1206,15 @@ class FactorizedKMeans(
             centers_init = self._init_centroids(
                 op, x_squared_norms, init, random_state, sample_weight
             )
-            args = (centers_init, x_squared_norms, self.max_iter, tol, unit_weights)
-            try:
-                run = steps.run(op, sample_weight, *args)
-            except CompiledUnavailable:
-                # numba cannot compile here (its kernels are now off for the
-                # process): this run and the next ones on the generic steps.
-                steps = _LloydSteps(op, self.n_clusters)
-                if x_squared_norms is None:
-                    x_squared_norms = _row_sq_norms(op)
-                    args = (centers_init, x_squared_norms, *args[2:])
-                run = steps.run(op, sample_weight, *args)
+            run = steps.run(
+                op,
+                sample_weight,
+                centers_init,
+                x_squared_norms,
+                self.max_iter,
+                tol,
+                unit_weights,
+            )
             if best is None or (
                 run[1] < best[1]
                 and not _is_same_clustering(run[0], best[0], self.n_clusters, op.xp)
