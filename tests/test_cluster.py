@@ -11,9 +11,11 @@ from sklearn.utils.estimator_checks import check_estimator
 from ilargi_sklearn.cluster import FactorizedKMeans
 from ilargi_sklearn.cluster._kmeans import (
     _average_centers,
+    _FusedLloyd,
     _kmeans_plusplus,
     _labels_inertia,
     _lloyd_steps,
+    _LloydSteps,
 )
 from ilargi_sklearn.dataset import FactorizedMatrix, MatrixOperator
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
@@ -200,6 +202,18 @@ def _lloyd_iteration(op, sw, centers):
     sums, weights = steps.center_sums(labels, steps.weights(sw, False), centers.dtype)
     _average_centers(sums, weights)
     return labels, sums
+
+
+def test_lloyd_steps_are_chosen_by_operator_and_numba(monkeypatch):
+    # The compiled steps for a NumPy factorized matrix when numba runs; the
+    # generic ones for a plain matrix and with the compiled kernels off.
+    pytest.importorskip("numba")
+    op = random_dataset(0, n_rows=50, scenario="star").operator
+    monkeypatch.delenv("ILARGI_SKLEARN_NO_NUMBA", raising=False)
+    assert isinstance(_lloyd_steps(op, 3), _FusedLloyd)
+    assert isinstance(_lloyd_steps(op.materialized(), 3), _LloydSteps)
+    monkeypatch.setenv("ILARGI_SKLEARN_NO_NUMBA", "1")
+    assert isinstance(_lloyd_steps(op, 3), _LloydSteps)
 
 
 # --------------------------------------------------------------- array inputs
