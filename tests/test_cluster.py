@@ -10,9 +10,12 @@ from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
 from ilargi_sklearn.cluster import FactorizedKMeans
 from ilargi_sklearn.cluster._kmeans import (
+    _average_centers,
+    _FusedLloyd,
     _kmeans_plusplus,
     _labels_inertia,
-    _lloyd_iter,
+    _lloyd_steps,
+    _LloydSteps,
 )
 from ilargi_sklearn.dataset import FactorizedMatrix, MatrixOperator
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
@@ -175,14 +178,34 @@ def test_kernels_take_operators():
     c2, i2 = _kmeans_plusplus(mop, 3, mop.row_sq_norms(), sw, rs(0))
     np.testing.assert_array_equal(i1, i2)
     np.testing.assert_allclose(c1, X[i1], rtol=1e-12)
-    l1, _, n1, s1 = _lloyd_iter(op, sw, c1, op.row_sq_norms())
-    l2, _, n2, s2 = _lloyd_iter(mop, sw, c2, mop.row_sq_norms())
+    # One E-step and M-step of each operator's Lloyd steps.
+    (l1, n1), (l2, n2) = (_lloyd_iteration(o, sw, c) for o, c in ((op, c1), (mop, c2)))
     np.testing.assert_array_equal(l1, l2)
     np.testing.assert_allclose(n1, n2, rtol=1e-10, atol=1e-12)
     for j in range(3):
         np.testing.assert_allclose(
             n1[j], X[l1 == j].mean(axis=0), rtol=1e-10, atol=1e-12
         )
+
+
+def _lloyd_iteration(op, sw, centers):
+    steps = _lloyd_steps(op, centers.shape[0])
+    labels = steps.assign(centers)
+    sums, weights = steps.center_sums(labels, steps.weights(sw, False), centers.dtype)
+    _average_centers(sums, weights)
+    return labels, sums
+
+
+def test_lloyd_steps_are_chosen_by_operator_and_numba(monkeypatch):
+    # The compiled steps for a NumPy factorized matrix when numba runs; the
+    # generic ones for a plain matrix and with the compiled kernels off.
+    pytest.importorskip("numba")
+    op = random_dataset(0, n_rows=50, scenario="star").operator
+    monkeypatch.delenv("ILARGI_SKLEARN_NO_NUMBA", raising=False)
+    assert isinstance(_lloyd_steps(op, 3), _FusedLloyd)
+    assert isinstance(_lloyd_steps(op.materialized(), 3), _LloydSteps)
+    monkeypatch.setenv("ILARGI_SKLEARN_NO_NUMBA", "1")
+    assert isinstance(_lloyd_steps(op, 3), _LloydSteps)
 
 
 # --------------------------------------------------------------- array inputs

@@ -1,23 +1,35 @@
 """K-Means clustering (Lloyd's algorithm) on the operator protocol.
 
-The kernels below are module-level functions over an
-:class:`~ilargi_sklearn.dataset.Operator`; the same code runs on a factorized
-multi-source dataset and on a plain (materialized) matrix. They mirror
-scikit-learn's ``_kmeans_single_lloyd`` step by step (greedy k-means++, empty-cluster
-relocation, strict and tolerance-based convergence, the final E-step), so that with
-the same initial centers the fit reproduces ``sklearn.cluster.KMeans``.
+One kernel, :func:`_kmeans_single_lloyd`, runs Lloyd's algorithm over an
+:class:`~ilargi_sklearn.dataset.Operator` in the operator's array namespace: the
+same code for a factorized multi-source dataset and a plain (materialized) matrix,
+on NumPy, CuPy, ``array_api_strict`` and Dask. It mirrors scikit-learn's
+``_kmeans_single_lloyd`` step by step (empty-cluster relocation, strict and
+tolerance-based convergence, the final E-step), and :func:`_kmeans_plusplus` draws
+the same random numbers as scikit-learn's greedy k-means++, so that with the same
+seed or initial centers the fit reproduces ``sklearn.cluster.KMeans``.
 
-On a NumPy factorized matrix (dense or CSR sources), and with numba installed, the
-iteration runs as two compiled passes over the target rows instead
-(:class:`_FusedLloyd`, kernels in ``cluster._lloyd_numba``): the E-step multiplies the
-identity source in the loop (a CSR one entry by entry) and adds one precomputed
-``(source rows + 1) x k`` table row per row group (a SciPy product for a CSR
-table), with the arg-min in registers; the M-step accumulates the base columns per
-cluster and the (source row, cluster) weights per group. No ``n x n_clusters`` array
-is built. At 2e5 rows, two dimension tables and 8 clusters an iteration went from
-about 15 ms to about 7 ms (one thread) and the fit's peak memory from 49 MB to 25 MB.
-Other operators (plain matrices, device arrays, a centered CSR source) and
-``ILARGI_SKLEARN_NO_NUMBA=1`` keep the NumPy kernels below.
+The n-length arrays (distances, labels, weights, assignments) stay in the
+operator's namespace and on its device; the centers, the per-cluster sums and the
+k-means++ bookkeeping (``n_clusters``-sized) live on the host, and only they, a
+few chosen row indices and scalars cross.
+
+The kernel takes its E and M steps from a *steps* object, chosen once per fit by
+:func:`_lloyd_steps`:
+
+* :class:`_LloydSteps`, the namespace-generic default: the E-step is one
+  ``T @ C^T`` with ``n_clusters`` columns and a row-wise arg-min, the M-step one
+  ``T^T @ A`` with ``A`` the weighted one-hot assignment;
+* :class:`_FusedLloyd`, the fast variant for a NumPy factorized matrix (dense or
+  CSR sources) when numba is available: two compiled passes over the target rows
+  (kernels in ``cluster._lloyd_numba``). The E-step multiplies the identity source in
+  the loop (a CSR one entry by entry) and adds one precomputed
+  ``(source rows + 1) x k`` table row per row group (a SciPy product for a CSR
+  table), with the arg-min in registers; the M-step accumulates the base columns
+  per cluster and the (source row, cluster) weights per group. No
+  ``n x n_clusters`` array is built, which halves an iteration's time and the
+  fit's peak memory on a star schema (``benchmarks/bench_estimators.py``).
+  ``ILARGI_SKLEARN_NO_NUMBA=1`` keeps the generic steps.
 """
 
 from __future__ import annotations
@@ -39,7 +51,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_array, check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.extmath import row_norms
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted
+from sklearn.utils.validation import check_is_fitted
 
 from ilargi_sklearn._backend._cuml import fit_cuml, use_cuml
 from ilargi_sklearn._backend._launcher import (
@@ -50,10 +62,7 @@ from ilargi_sklearn._backend._launcher import (
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
     device_of,
-    get_namespace,
-    is_numpy_namespace,
     namespace_dtype,
-    numpy_dtype,
     to_numpy,
 )
 from ilargi_sklearn._backend._ops import sum_axis0
@@ -66,8 +75,9 @@ from ilargi_sklearn.dataset import AffineOperator, FactorizedMatrix, MatrixOpera
 from ilargi_sklearn.dataset._operators import fused_layout
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
+    Caller,
     DeviceMixin,
-    input_namespace,
+    sample_weight_on,
     validate_X,
 )
 
@@ -80,7 +90,7 @@ logger = logging.getLogger(__name__)
 _ASSIGN_BLOCK_BYTES = 1 << 19
 
 
-# --------------------------------------------------------------------------- kernels
+# ------------------------------------------------------------------ row helpers
 def _tolerance(op, tol):
     """Scale ``tol`` by the mean column variance of ``T`` (as scikit-learn does).
 
@@ -96,70 +106,166 @@ def _tolerance(op, tol):
     return float(np.mean(variances) * tol)
 
 
-def _partial_sq_distances(op, centers):
+def _row_sq_norms(op):
+    """``||t_i||^2`` of every row, in the operator's namespace and dtype."""
+    norms = op.row_sq_norms()
+    dtype = namespace_dtype(op.xp, op.dtype)
+    return norms if norms.dtype == dtype else op.xp.astype(norms, dtype)
+
+
+def _take_rows(op, rows):
+    """Rows ``T[rows]`` as a dense host array (only a handful of rows is extracted)."""
+    rows = np.asarray(rows, dtype=np.intp)
+    return np.asarray(to_numpy(op.take_rows(rows).materialize("dense")))
+
+
+def _on_op(a, op):
+    """A host array (``n_clusters``-sized) in the operator's namespace and device."""
+    return asarray_on(a, op.xp, op.device)
+
+
+def _clip_negative(d, xp):
+    """``max(d, 0)``: expanded squared distances can round below zero.
+
+    NumPy clips in place (no temporary of ``d``'s size); the array API has no
+    ``out=``, so other namespaces make a new array.
+    """
+    if isinstance(d, np.ndarray):
+        return np.maximum(d, 0, out=d)
+    return xp.maximum(d, xp.zeros_like(d))
+
+
+def _minimum_into(a, b, xp):
+    """``min(a, b)``, written into ``b`` on NumPy (as :func:`_clip_negative`)."""
+    if isinstance(b, np.ndarray):
+        return np.minimum(a, b, out=b)
+    return xp.minimum(a, b)
+
+
+def _partial_sq_distances(op, centers, *, argmin=False):
     """``||c_j||^2 - 2 t_i . c_j`` for every row ``i`` and center ``j``.
 
     The row norms ``||t_i||^2`` are left out: the arg-min over ``j`` does not depend
-    on them. One ``matmul`` with ``n_clusters`` columns.
-    """
-    centers_sq = row_norms(centers, squared=True)
-    # A C-ordered right-hand side keeps the per-source products on the fast path.
-    partial = op.matmul(np.ascontiguousarray(centers.T))
-    # In place: n_samples x n_clusters temporaries dominate the cost besides T C^T.
-    partial *= -2.0
-    partial += centers_sq[np.newaxis, :]
-    return partial
+    on them. One ``matmul`` with ``n_clusters`` columns. With ``argmin``, also the
+    row-wise arg-min (the labels).
 
-
-def _assign(op, centers):
-    """E-step: labels of the rows and their partial distances to ``centers``.
-
-    The same values as :func:`_partial_sq_distances` followed by a row-wise
-    arg-min, but after the one ``matmul`` the scaling, the shift and the arg-min
-    run block by block over rows (``_ASSIGN_BLOCK_BYTES``), so each block of the
+    A host (NumPy) product is scaled, shifted and reduced in place, block by block
+    of rows (``_ASSIGN_BLOCK_BYTES``), so that each block of the
     ``n_samples x n_clusters`` product is read from memory once instead of three
-    times. The gain is small (about 2% of a Lloyd iteration on a 2e5 x 30 star
-    schema with 8 clusters); the products of the operator dominate.
+    times (about 2% of a Lloyd iteration on a 2e5 x 30 star schema). Other
+    namespaces take one pass per operation: small blocks would each be a kernel
+    launch on a GPU or a task in Dask.
 
     Returns
     -------
-    labels : ndarray of int32 of shape (n_samples,)
-    partial : ndarray of shape (n_samples, n_clusters)
-        ``||c_j||^2 - 2 t_i . c_j``.
+    partial : array of shape (n_samples, n_clusters)
+    labels : array of shape (n_samples,) or None
+        int32 on the host, the namespace's index dtype elsewhere; None unless
+        ``argmin``.
     """
+    xp = op.xp
     centers_sq = row_norms(centers, squared=True)
-    partial = op.matmul(np.ascontiguousarray(centers.T))
-    n_samples, n_clusters = partial.shape
-    labels = np.empty(n_samples, dtype=np.int32)
-    step = max(256, _ASSIGN_BLOCK_BYTES // (partial.itemsize * max(n_clusters, 1)))
+    # A C-ordered right-hand side keeps the per-source products on the fast path.
+    P = op.matmul(_on_op(np.ascontiguousarray(centers.T), op))
+    if not isinstance(P, np.ndarray):
+        partial = -2.0 * P + _on_op(centers_sq, op)[None, :]
+        return partial, (xp.argmin(partial, axis=1) if argmin else None)
+    n_samples, n_clusters = P.shape
+    labels = np.empty(n_samples, dtype=np.int32) if argmin else None
+    step = max(256, _ASSIGN_BLOCK_BYTES // (P.itemsize * max(n_clusters, 1)))
     for start in range(0, n_samples, step):
-        block = partial[start : start + step]
+        block = P[start : start + step]
         block *= -2.0
         block += centers_sq
-        labels[start : start + step] = np.argmin(block, axis=1)
-    return labels, partial
+        if argmin:
+            labels[start : start + step] = np.argmin(block, axis=1)
+    return P, labels
 
 
 def _sq_distances(op, Y, x_squared_norms):
-    """Squared Euclidean distances from each row of ``Y`` to every row of ``T``.
+    """Squared Euclidean distances from each row of ``Y`` (host) to every row of ``T``.
 
     Same arithmetic as scikit-learn's ``_euclidean_distances(Y, X,
     Y_norm_squared=x_squared_norms, squared=True)``; returns shape
-    ``(Y.shape[0], n_rows)``.
+    ``(Y.shape[0], n_rows)`` in the operator's namespace.
     """
-    YY = row_norms(Y, squared=True)[:, np.newaxis]
-    distances = -2.0 * op.matmul(np.ascontiguousarray(Y.T)).T
-    distances += YY
-    distances += x_squared_norms[np.newaxis, :]
-    np.maximum(distances, 0, out=distances)
-    return distances
+    xp = op.xp
+    YY = _on_op(row_norms(Y, squared=True), op)
+    P = op.matmul(_on_op(np.ascontiguousarray(Y.T), op))
+    distances = -2.0 * xp.matrix_transpose(P)
+    distances += YY[:, None]
+    distances += x_squared_norms[None, :]
+    return _clip_negative(distances, xp)
 
 
-def _take_dense_rows(op, rows):
-    """Rows ``T[rows]`` as a dense array (only a handful of rows is extracted)."""
-    return np.asarray(op.take_rows(np.asarray(rows)).materialize("dense"))
+def _inertia(op, own, sample_weight, x_squared_norms=None, col_weights=None):
+    """``sum_i w_i ||t_i - c_{l_i}||^2`` from ``own_i = ||c_{l_i}||^2 - 2 t_i . c_{l_i}``.
+
+    With the row norms each term is clipped at zero (rounding), as scikit-learn
+    does. Without them (the compiled steps skip that pass), ``sum_i w_i ||t_i||^2``
+    comes from the weighted column sums of squares (``col_weights``; None for unit
+    weights, which reads the cached per-row counts) and each part is summed on its
+    own.
+    """
+    xp = op.xp
+    if x_squared_norms is None:
+        col_sq = op.col_sq_sums(col_weights)
+        norms = float(xp.sum(xp.astype(col_sq, namespace_dtype(xp, np.float64))))
+        return max(norms + float(own @ sample_weight), 0.0)
+    d = _clip_negative(x_squared_norms + own, xp)
+    return float(d @ sample_weight)
 
 
+def _as_int32(labels, xp):
+    return labels if labels.dtype == xp.int32 else xp.astype(labels, xp.int32)
+
+
+# ------------------------------------------------- scikit-learn's exact choices
+# The draws and picks below reproduce scikit-learn's, so that a seeded fit and an
+# empty-cluster relocation give scikit-learn's centers. Where that needs NumPy
+# (RandomState's weighted sampling without replacement, argpartition's order),
+# it is here and nowhere else.
+
+
+def _weighted_index(random_state, sample_weight, xp):
+    """``random_state.choice(n, p=w / w.sum())``, the weights in their namespace.
+
+    ``RandomState.choice`` with ``p`` draws one ``random_sample()`` and searches it
+    in the normalized cumulative probabilities (``side="right"``); the same
+    arithmetic on the device avoids an n-length copy of the weights to the host, and
+    on NumPy gives ``choice``'s index bit for bit.
+    """
+    p = sample_weight / xp.sum(sample_weight)
+    cdf = xp.cumulative_sum(xp.astype(p, namespace_dtype(xp, np.float64)))
+    cdf = cdf / cdf[-1]
+    u = asarray_on(np.asarray([random_state.random_sample()]), xp, device_of(cdf))
+    return int(xp.searchsorted(cdf, u, side="right")[0])
+
+
+def _weighted_sample(random_state, sample_weight, size):
+    """``size`` distinct rows drawn with probability proportional to the weights.
+
+    ``RandomState.choice(replace=False, p=...)`` draws in a data-dependent loop:
+    the weights come to the host (one n-length copy per ``init="random"`` run on a
+    device).
+    """
+    w = to_numpy(sample_weight)
+    return random_state.choice(w.shape[0], size=size, replace=False, p=w / w.sum())
+
+
+def _farthest(distances, n, xp):
+    """Indices of the ``n`` largest ``distances``, largest first.
+
+    On the host in scikit-learn's order (``np.argpartition``'s, which decides which
+    empty cluster takes which row); elsewhere by a stable descending sort (the
+    array API has no partition).
+    """
+    if isinstance(distances, np.ndarray):
+        return np.argpartition(distances, -n)[: -n - 1 : -1]
+    return xp.argsort(distances, descending=True, stable=True)[:n]
+
+
+# ------------------------------------------------------------------- seeding
 def _kmeans_plusplus(
     op, n_clusters, x_squared_norms, sample_weight, random_state, n_local_trials=None
 ):
@@ -169,7 +275,9 @@ def _kmeans_plusplus(
     probability proportional to ``sample_weight``; every further center is the best
     of ``n_local_trials`` candidates drawn proportionally to the weighted squared
     distance to the closest center so far. Candidate rows are extracted with
-    ``op.take_rows``; their distances to all rows take one ``matmul``.
+    ``op.take_rows``; their distances to all rows take one ``matmul``. The
+    distances stay in the operator's namespace; the potentials and candidate
+    indices come to the host.
 
     Parameters
     ----------
@@ -177,10 +285,10 @@ def _kmeans_plusplus(
         The data.
     n_clusters : int
         Number of seeds.
-    x_squared_norms : ndarray of shape (n_samples,)
-        Squared row norms of ``T``.
-    sample_weight : ndarray of shape (n_samples,)
-        Weights of the rows.
+    x_squared_norms : array of shape (n_samples,)
+        Squared row norms of ``T``, in the operator's namespace.
+    sample_weight : array of shape (n_samples,)
+        Weights of the rows, in the operator's namespace.
     random_state : RandomState
         Generator.
     n_local_trials : int, default=None
@@ -192,98 +300,69 @@ def _kmeans_plusplus(
     indices : ndarray of shape (n_clusters,)
         Row of ``T`` of each center.
     """
+    xp = op.xp
     n_samples, n_features = op.shape
     centers = np.empty((n_clusters, n_features), dtype=op.dtype)
     if n_local_trials is None:
         n_local_trials = 2 + int(np.log(n_clusters))
 
-    center_id = random_state.choice(n_samples, p=sample_weight / sample_weight.sum())
+    center_id = _weighted_index(random_state, sample_weight, xp)
     indices = np.full(n_clusters, -1, dtype=int)
-    centers[0] = _take_dense_rows(op, [center_id])[0]
+    centers[0] = _take_rows(op, [center_id])[0]
     indices[0] = center_id
 
-    closest_dist_sq = _sq_distances(op, centers[0, np.newaxis], x_squared_norms)
-    current_pot = closest_dist_sq @ sample_weight
+    # Shapes as scikit-learn's (a 1 x n row, a column of weights): the same BLAS
+    # calls, hence the same rounding of the potentials.
+    closest_dist_sq = _sq_distances(op, centers[0:1], x_squared_norms)
+    weights_col = xp.reshape(sample_weight, (-1, 1))
+    current_pot = float(to_numpy(closest_dist_sq @ sample_weight)[0])
+    f64 = namespace_dtype(xp, np.float64)
 
     for c in range(1, n_clusters):
         rand_vals = random_state.uniform(size=n_local_trials) * current_pot
-        candidate_ids = np.searchsorted(
-            np.cumsum(sample_weight * closest_dist_sq), rand_vals
+        cum = xp.cumulative_sum(xp.reshape(sample_weight * closest_dist_sq, (-1,)))
+        # Compared in float64, as NumPy's searchsorted promotes the float64 draws.
+        if cum.dtype != f64:
+            cum = xp.astype(cum, f64)
+        candidate_ids = to_numpy(
+            xp.searchsorted(cum, asarray_on(rand_vals, xp, device_of(cum)))
         )
         # Rounding can put a candidate one past the end, as in scikit-learn.
-        np.clip(candidate_ids, None, closest_dist_sq.size - 1, out=candidate_ids)
+        np.clip(candidate_ids, None, n_samples - 1, out=candidate_ids)
 
-        candidates = _take_dense_rows(op, candidate_ids)
+        candidates = _take_rows(op, candidate_ids)
         distance_to_candidates = _sq_distances(op, candidates, x_squared_norms)
-        np.minimum(closest_dist_sq, distance_to_candidates, out=distance_to_candidates)
-        candidates_pot = distance_to_candidates @ sample_weight.reshape(-1, 1)
+        distance_to_candidates = _minimum_into(
+            closest_dist_sq, distance_to_candidates, xp
+        )
+        # A product, not a sum along axis 1: CuPy reduces each of the few long
+        # rows in one thread block.
+        candidates_pot = to_numpy(distance_to_candidates @ weights_col)[:, 0]
 
         best = int(np.argmin(candidates_pot))
-        current_pot = candidates_pot[best]
-        closest_dist_sq = distance_to_candidates[best]
+        current_pot = float(candidates_pot[best])
+        closest_dist_sq = distance_to_candidates[best, :]
         centers[c] = candidates[best]
         indices[c] = candidate_ids[best]
 
     return centers, indices
 
 
-def _relocate_empty_clusters(
-    op,
-    sample_weight,
-    x_squared_norms,
-    row_partial,
-    partial_scale,
-    centers_sums,
-    weight_in_clusters,
-    labels,
-):
-    """Move empty clusters to the rows farthest from their centers (in place).
-
-    Mirrors scikit-learn's ``_relocate_empty_clusters_*``: the ``n_empty`` rows with
-    the largest distance to their (old) center each leave their cluster and seed one
-    empty cluster. The distances come from the partial distances of the E-step
-    (``row_partial[i]``: that of row ``i`` to its own center; ``partial_scale``: the
-    largest absolute partial distance), so no extra product is needed; only the
-    chosen rows are extracted.
-    """
-    empty_clusters = np.flatnonzero(weight_in_clusters == 0)
-    n_empty = empty_clusters.shape[0]
-    if n_empty == 0:
-        return
-    distances = x_squared_norms + row_partial
-    np.maximum(distances, 0, out=distances)
-    # scikit-learn computes ||x - c||^2 directly and gives up when it is exactly 0
-    # everywhere (more clusters than distinct rows); the expanded form leaves a
-    # rounding residue instead, so "zero" is relative to the magnitudes involved.
-    scale = float(x_squared_norms.max(initial=0.0)) + float(partial_scale)
-    eps = np.finfo(row_partial.dtype).eps
-    if distances.max() <= 8 * (op.n_cols + 2) * eps * scale:
-        return
-    far_from_centers = np.argpartition(distances, -n_empty)[: -n_empty - 1 : -1]
-    far_rows = _take_dense_rows(op, far_from_centers)
-    for idx in range(n_empty):
-        new_cluster_id = empty_clusters[idx]
-        far_idx = far_from_centers[idx]
-        weight = sample_weight[far_idx]
-        old_cluster_id = labels[far_idx]
-        centers_sums[old_cluster_id] -= far_rows[idx] * weight
-        centers_sums[new_cluster_id] = far_rows[idx] * weight
-        weight_in_clusters[new_cluster_id] = weight
-        weight_in_clusters[old_cluster_id] -= weight
-
-
-def _average_centers(centers_sums, weight_in_clusters):
-    """Divide the per-cluster sums by the cluster weights (in place).
-
-    Empty clusters take the location of the heaviest cluster, in the same loop
-    order as scikit-learn.
-    """
-    argmax_weight = int(np.argmax(weight_in_clusters))
-    for j in range(centers_sums.shape[0]):
-        if weight_in_clusters[j] > 0:
-            centers_sums[j] *= 1.0 / weight_in_clusters[j]
-        else:
-            centers_sums[j] = centers_sums[argmax_weight]
+# ---------------------------------------------------------------- Lloyd steps
+# A steps object gives the kernel its E and M steps:
+#
+# * ``assign(centers)``: the labels (E-step); the distances stay with the object;
+# * ``own_distances(labels)``: ``||c_{l_i}||^2 - 2 t_i . c_{l_i}`` from the last
+#   ``assign``; ``partial_scale()``: the largest absolute partial distance there;
+# * ``distances_at(centers, labels)``: the same for given labels;
+# * ``weights(sample_weight, unit_weights)``: the weights as ``center_sums`` reads
+#   them, made once per run;
+# * ``center_sums(labels, weights, dtype)``: ``T^T A`` (host, n_clusters x
+#   n_features) and the weight of each cluster (M-step);
+# * ``run(...)``: one Lloyd run of the kernel on these steps (the compiled ones
+#   run it on the generic steps when numba cannot compile here);
+# * ``lazy_row_norms``: whether the kernel can do without the row norms (then they
+#   are computed only to relocate an empty cluster).
 
 
 def _takes_sparse(op):
@@ -293,211 +372,87 @@ def _takes_sparse(op):
     return isinstance(op, (FactorizedMatrix, MatrixOperator))
 
 
-def _one_hot(op, labels, sample_weight, n_clusters, dtype):
-    """The weighted one-hot assignment ``A`` (``A[i, labels[i]] = w_i``).
+def _weighted_one_hot(op, labels, sample_weight, n_clusters, dtype):
+    """The weighted one-hot assignment ``A`` (``A[i, labels[i]] = w_i``) and its
+    column sums, the weight of each cluster.
 
-    A CSR matrix with one entry per row when ``op`` takes one: its ``rmatmul`` then
-    sums the rows by label without an n x k array (the M-step of a 2e5-row,
-    three-source factorized fit went from 7-9 ms to 3 ms). Other operators get it
-    dense, written through flat positions.
+    With NumPy labels and an operator that takes a SciPy matrix, ``A`` is CSR with
+    one entry per row: ``rmatmul`` then sums the rows by label without an
+    ``n x n_clusters`` array (about a third of the dense product's time on a
+    2e5-row, three-source schema), and the weights come from ``np.bincount``. Elsewhere
+    ``A`` is dense, from a comparison with the cluster indices.
     """
     n_samples = labels.shape[0]
-    if _takes_sparse(op):
-        return sp.csr_matrix(
-            (
-                np.asarray(sample_weight, dtype=dtype),
-                labels,
-                np.arange(n_samples + 1),
-            ),
+    if isinstance(labels, np.ndarray) and _takes_sparse(op):
+        A = sp.csr_matrix(
+            (np.asarray(sample_weight, dtype=dtype), labels, np.arange(n_samples + 1)),
             shape=(n_samples, n_clusters),
         )
-    assignment = np.zeros((n_samples, n_clusters), dtype=dtype)
-    flat = np.arange(0, n_samples * n_clusters, n_clusters, dtype=np.intp)
-    flat += labels
-    assignment.reshape(-1)[flat] = sample_weight
-    return assignment
+        return A, np.bincount(labels, weights=sample_weight, minlength=n_clusters)
+    xp = op.xp
+    clusters = xp.arange(n_clusters, device=op.device)
+    A = xp.astype(labels[:, None] == clusters[None, :], namespace_dtype(xp, dtype))
+    A = A * sample_weight[:, None]
+    return A, sum_axis0(A, xp)
 
 
-def _lloyd_iter(op, sample_weight, centers, x_squared_norms, update_centers=True):
-    """One iteration of Lloyd's algorithm over an operator.
+class _LloydSteps:
+    """The E and M steps from the operator's products, in the operator's namespace.
 
     E-step: ``labels = argmin_j ||c_j||^2 - 2 T C^T`` (one ``matmul`` with
-    ``n_clusters`` columns, row-wise arg-min). M-step: ``C_new = (T^T A) / counts``
-    with ``A`` the weighted one-hot assignment (one ``rmatmul``), empty clusters
-    relocated as in scikit-learn.
-
-    Parameters
-    ----------
-    op : Operator of shape (n_samples, n_features)
-        The data.
-    sample_weight : ndarray of shape (n_samples,)
-        Weights of the rows.
-    centers : ndarray of shape (n_clusters, n_features)
-        Current centers.
-    x_squared_norms : ndarray of shape (n_samples,) or None
-        Squared row norms of ``T``; needed only to relocate empty clusters.
-    update_centers : bool, default=True
-        False runs the E-step only.
-
-    Returns
-    -------
-    labels : ndarray of int32 of shape (n_samples,)
-    partial : ndarray of shape (n_samples, n_clusters)
-        ``||c_j||^2 - 2 t_i . c_j`` for the input centers.
-    centers_new : ndarray of shape (n_clusters, n_features) or None
-    center_shift : ndarray of shape (n_clusters,) or None
-        Euclidean distance between old and new centers.
+    ``n_clusters`` columns, row-wise arg-min). M-step: ``T^T A`` with ``A`` the
+    weighted one-hot assignment (one ``rmatmul``).
     """
-    n_clusters = centers.shape[0]
-    labels, partial = _assign(op, centers)
-    if not update_centers:
-        return labels, partial, None, None
 
-    weight_in_clusters = np.bincount(
-        labels, weights=sample_weight, minlength=n_clusters
-    ).astype(centers.dtype, copy=False)
-    centers_new = np.ascontiguousarray(
-        op.rmatmul(_one_hot(op, labels, sample_weight, n_clusters, centers.dtype)).T,
-        dtype=centers.dtype,
-    )
+    lazy_row_norms = False
 
-    if np.any(weight_in_clusters == 0):
-        _relocate_empty_clusters(
+    def __init__(self, op, n_clusters):
+        self.op = op
+        self.n_clusters = n_clusters
+        self._partial = None
+
+    def weights(self, sample_weight, unit_weights):
+        return sample_weight
+
+    def assign(self, centers):
+        self._partial, labels = _partial_sq_distances(self.op, centers, argmin=True)
+        return labels
+
+    def own_distances(self, labels):
+        take = self.op.xp.take_along_axis(self._partial, labels[:, None], axis=1)
+        return take[:, 0]
+
+    def partial_scale(self):
+        xp = self.op.xp
+        return float(xp.max(xp.abs(self._partial)))
+
+    def distances_at(self, centers, labels):
+        self._partial, _ = _partial_sq_distances(self.op, centers)
+        return self.own_distances(labels)
+
+    def center_sums(self, labels, weights, dtype):
+        op = self.op
+        A, weight_in_clusters = _weighted_one_hot(
+            op, labels, weights, self.n_clusters, dtype
+        )
+        sums = np.ascontiguousarray(to_numpy(op.rmatmul(A)).T, dtype=dtype)
+        return sums, to_numpy(weight_in_clusters).astype(dtype, copy=False)
+
+    def run(
+        self, op, sample_weight, centers_init, x_squared_norms, max_iter, tol, unit
+    ):
+        return _kmeans_single_lloyd(
             op,
             sample_weight,
+            centers_init,
             x_squared_norms,
-            partial[np.arange(labels.shape[0]), labels],
-            np.max(np.abs(partial), initial=0.0),
-            centers_new,
-            weight_in_clusters,
-            labels,
-        )
-    _average_centers(centers_new, weight_in_clusters)
-    center_shift = np.sqrt(((centers_new - centers) ** 2).sum(axis=1))
-    return labels, partial, centers_new, center_shift
-
-
-def _inertia_from_partial(x_squared_norms, partial, labels, sample_weight):
-    """``sum_i w_i ||t_i - c_{l_i}||^2`` from the partial distances of an E-step."""
-    d = x_squared_norms + partial[np.arange(labels.shape[0]), labels]
-    np.maximum(d, 0, out=d)
-    return float(d @ sample_weight)
-
-
-def _labels_inertia(
-    op, sample_weight, centers, x_squared_norms=None, return_inertia=True
-):
-    """E-step: labels of the rows of ``T`` and, optionally, the inertia.
-
-    Parameters
-    ----------
-    op : Operator of shape (n_samples, n_features)
-        The data.
-    sample_weight : ndarray of shape (n_samples,)
-        Weights of the rows.
-    centers : ndarray of shape (n_clusters, n_features)
-        The centers.
-    x_squared_norms : ndarray of shape (n_samples,), default=None
-        Squared row norms (computed when None and the inertia is asked for).
-    return_inertia : bool, default=True
-        Whether to return the inertia too.
-
-    Returns
-    -------
-    labels : ndarray of int32 of shape (n_samples,)
-    inertia : float
-        Only when ``return_inertia``.
-    """
-    fused = _fused_lloyd_plan(op, centers.shape[0])
-    if fused is not None:
-        # The compiled E-step: no n x n_clusters array.
-        try:
-            labels, best, _, _ = fused.step(
-                np.asarray(centers, dtype=fused.dtype), None, update=False
-            )
-        except CompiledUnavailable:
-            fused = None
-    if fused is not None:
-        if not return_inertia:
-            return labels
-        if x_squared_norms is None:
-            x_squared_norms = op.row_sq_norms()
-        d = x_squared_norms + best
-        np.maximum(d, 0, out=d)
-        return labels, float(d @ sample_weight)
-    labels, partial, _, _ = _lloyd_iter(
-        op, sample_weight, centers, x_squared_norms, update_centers=False
-    )
-    if not return_inertia:
-        return labels
-    if x_squared_norms is None:
-        x_squared_norms = op.row_sq_norms()
-    return labels, _inertia_from_partial(
-        x_squared_norms, partial, labels, sample_weight
-    )
-
-
-def _lloyd_stop(i, labels, labels_old, center_shift_tot, tol):
-    """scikit-learn's stopping rule: "strict" (labels unchanged), "tol" (the
-    centers moved at most ``tol``), or "" (go on)."""
-    if labels_old is not None and np.array_equal(labels, labels_old):
-        logger.debug("Converged at iteration %d: strict convergence.", i)
-        return "strict"
-    if center_shift_tot <= tol:
-        logger.debug(
-            "Converged at iteration %d: center shift %g within tolerance %g.",
-            i,
-            center_shift_tot,
+            max_iter,
             tol,
+            steps=self,
+            unit_weights=unit,
         )
-        return "tol"
-    return ""
 
 
-def _kmeans_single_lloyd(
-    op, sample_weight, centers_init, x_squared_norms, max_iter, tol
-):
-    """A single run of Lloyd's algorithm, as scikit-learn's ``_kmeans_single_lloyd``.
-
-    Stops at strict convergence (labels unchanged) or when the squared center shift
-    is at most ``tol``; in the latter case (and at ``max_iter``) a final E-step makes
-    the labels match the returned centers.
-
-    Returns
-    -------
-    labels : ndarray of int32 of shape (n_samples,)
-    inertia : float
-    centers : ndarray of shape (n_clusters, n_features)
-    n_iter : int
-    """
-    centers = centers_init
-    labels_old = np.full(op.n_rows, -1, dtype=np.int32)
-    strict_convergence = False
-    for i in range(max_iter):
-        labels, _, centers_new, center_shift = _lloyd_iter(
-            op, sample_weight, centers, x_squared_norms
-        )
-        centers = centers_new
-        stop = _lloyd_stop(i, labels, labels_old, float((center_shift**2).sum()), tol)
-        if stop:
-            strict_convergence = stop == "strict"
-            break
-        labels_old = labels
-
-    if strict_convergence:
-        # The labels are those of the previous centers (unchanged): the inertia is
-        # measured against the new centers, as scikit-learn does.
-        partial = _partial_sq_distances(op, centers)
-    else:
-        # Rerun the E-step so that the labels match the centers.
-        labels, partial, _, _ = _lloyd_iter(
-            op, sample_weight, centers, x_squared_norms, update_centers=False
-        )
-    inertia = _inertia_from_partial(x_squared_norms, partial, labels, sample_weight)
-    return labels, inertia, centers, i + 1
-
-
-# --------------------------------------------------- the compiled (fused) iteration
 #: Identity sources up to this many columns are multiplied inside the fused loop;
 #: wider ones are multiplied by BLAS into an n x k table first.
 _INLINE_MAX_COLS = 32
@@ -506,10 +461,21 @@ _INLINE_MAX_COLS = 32
 _INLINE_MAX_SPARSE_COLS = 4096
 
 
-def _fused_lloyd_plan(op, n_clusters):
-    """A :class:`_FusedLloyd` for ``op``, or None (NumPy kernels then run).
+def _lloyd_steps(op, n_clusters):
+    """The steps of the Lloyd kernel on ``op``: the one place the variant is chosen.
 
-    The compiled iteration runs when numba is available and ``op`` is a NumPy
+    The compiled :class:`_FusedLloyd` where :func:`_fused_lloyd_plan` gives one
+    (numba available, a NumPy factorized matrix), else the generic
+    :class:`_LloydSteps`.
+    """
+    fused = _fused_lloyd_plan(op, n_clusters)
+    return _LloydSteps(op, n_clusters) if fused is None else fused
+
+
+def _fused_lloyd_plan(op, n_clusters):
+    """A :class:`_FusedLloyd` for ``op``, or None.
+
+    The compiled steps run when numba is available and ``op`` is a NumPy
     factorized matrix (dense or CSR sources) under centering/scaling layers that
     do not center a CSR source.
     """
@@ -543,7 +509,13 @@ class _FusedLloyd:
     columns): its table ``P_g = S_g E_g^T`` and its sums ``N_g^T S_g`` are SciPy
     sparse products, its padding row is zero, and a CSR base is read entry by
     entry inside the kernels.
+
+    The steps of :func:`_kmeans_single_lloyd`, as :class:`_LloydSteps`: the E-step
+    also gives each row's partial distance to its center (in one n-sized
+    workspace), and the kernel can do without the row norms.
     """
+
+    lazy_row_norms = True
 
     def __init__(self, layout, n_clusters):
         self.dtype = dtype = np.dtype(layout.dtype)
@@ -604,6 +576,7 @@ class _FusedLloyd:
     def _prepare(self, centers):
         """Tables, blocked centers and biases for ``centers``."""
         dtype, k = self.dtype, self.k
+        centers = np.asarray(centers, dtype=dtype)
         E = self.E
         if self.scale is None:
             E[:k] = centers
@@ -623,36 +596,18 @@ class _FusedLloyd:
                 np.matmul(St, Ec, out=self.P[start:stop])
         return C0
 
-    def step(self, centers, weights, *, update, labels_in=None, labels_out=None):
-        """One fused E-step (and the M-step sums when ``update``; ``weights`` None
-        for unit weights).
+    def weights(self, sample_weight, unit_weights):
+        # The kernel reads float64 weights, or none for unit weights.
+        return None if unit_weights else np.asarray(sample_weight, dtype=np.float64)
 
-        Returns ``(labels, best, sums, cluster_weights)``: ``best[i]`` is the
-        partial distance of row ``i`` to its center, ``sums`` the center sums
-        ``T'^T A`` (n_clusters x n_features, float64; None unless ``update``).
-        With ``labels_in`` only the partial distances to those centers are
-        computed.
-        """
+    def assign(self, centers):
         C0 = self._prepare(centers)
-        common = (self.X0, self.o0)
-        if labels_in is not None:
-            fused_partial_at(
-                *common,
-                C0,
-                self.idxs,
-                self.P,
-                self.offsets,
-                self.pads,
-                self.bias,
-                labels_in,
-                self.best,
-            )
-            return labels_in, self.best, None, None
         nb = self.n_blocks
         C3 = np.ascontiguousarray(C0.reshape(C0.shape[0], nb, 8).transpose(1, 0, 2))
-        labels = np.empty(self.n_rows, np.int32) if labels_out is None else labels_out
+        labels = np.empty(self.n_rows, np.int32)
         fused_assign(
-            *common,
+            self.X0,
+            self.o0,
             C3,
             self.idxs,
             self.P.reshape(self.total, nb, 8),
@@ -662,10 +617,36 @@ class _FusedLloyd:
             labels,
             self.best,
         )
-        if not update:
-            return labels, self.best, None, None
+        return labels
+
+    def own_distances(self, labels):
+        return self.best
+
+    def partial_scale(self):
+        return float(np.max(np.abs(self.best), initial=0.0))
+
+    def distances_at(self, centers, labels):
+        C0 = self._prepare(centers)
+        fused_partial_at(
+            self.X0,
+            self.o0,
+            C0,
+            self.idxs,
+            self.P,
+            self.offsets,
+            self.pads,
+            self.bias,
+            labels,
+            self.best,
+        )
+        return self.best
+
+    def center_sums(self, labels, weights, dtype):
+        """``T'^T A`` from the base columns' sums per cluster and, per group, the
+        (source row, cluster) weights times the source (see the class notes)."""
         wsum, sums0, cnt = fused_accumulate(
-            *common,
+            self.X0,
+            self.o0,
             self.idxs,
             self.offsets,
             self.pads,
@@ -687,7 +668,192 @@ class _FusedLloyd:
             sums -= np.multiply.outer(wsum, self.o_out)
         if self.scale is not None:
             sums *= self.scale
-        return labels, self.best, sums, wsum
+        return sums.astype(dtype), wsum.astype(dtype)
+
+    def run(
+        self, op, sample_weight, centers_init, x_squared_norms, max_iter, tol, unit
+    ):
+        # After a compile failure numba_available() is False for the process.
+        if numba_available():
+            try:
+                return _kmeans_single_lloyd_fused(
+                    self,
+                    op,
+                    sample_weight,
+                    centers_init,
+                    x_squared_norms,
+                    max_iter,
+                    tol,
+                    unit,
+                )
+            except CompiledUnavailable:
+                pass  # numba cannot compile here: the same run on the generic steps
+        if x_squared_norms is None:
+            x_squared_norms = _row_sq_norms(op)
+        generic = _LloydSteps(op, self.k)
+        return generic.run(
+            op, sample_weight, centers_init, x_squared_norms, max_iter, tol, unit
+        )
+
+
+# ------------------------------------------------------------------ the kernel
+def _relocate_empty_clusters(
+    op, steps, labels, sample_weight, x_squared_norms, centers_sums, weight_in_clusters
+):
+    """Move empty clusters to the rows farthest from their centers (in place).
+
+    Mirrors scikit-learn's ``_relocate_empty_clusters_*``: the ``n_empty`` rows with
+    the largest distance to their (old) center each leave their cluster and seed one
+    empty cluster. The distances come from the partial distances of the E-step
+    (``steps.own_distances``), so no extra product is needed; only the chosen rows
+    are extracted. ``centers_sums`` and ``weight_in_clusters`` are host arrays.
+    """
+    xp = op.xp
+    empty_clusters = np.flatnonzero(weight_in_clusters == 0)
+    n_empty = empty_clusters.shape[0]
+    distances = _clip_negative(x_squared_norms + steps.own_distances(labels), xp)
+    # scikit-learn computes ||x - c||^2 directly and gives up when it is exactly 0
+    # everywhere (more clusters than distinct rows); the expanded form leaves a
+    # rounding residue instead, so "zero" is relative to the magnitudes involved.
+    scale = max(float(xp.max(x_squared_norms)), 0.0) + steps.partial_scale()
+    eps = np.finfo(centers_sums.dtype).eps
+    if float(xp.max(distances)) <= 8 * (op.n_cols + 2) * eps * scale:
+        return
+    far_from_centers = _farthest(distances, n_empty, xp)
+    far_rows = _take_rows(op, to_numpy(far_from_centers))
+    weights = to_numpy(xp.take(sample_weight, far_from_centers))
+    old_clusters = to_numpy(xp.take(labels, far_from_centers))
+    for idx in range(n_empty):
+        new_cluster_id = empty_clusters[idx]
+        old_cluster_id = old_clusters[idx]
+        weight = weights[idx]
+        centers_sums[old_cluster_id] -= far_rows[idx] * weight
+        centers_sums[new_cluster_id] = far_rows[idx] * weight
+        weight_in_clusters[new_cluster_id] = weight
+        weight_in_clusters[old_cluster_id] -= weight
+
+
+def _average_centers(centers_sums, weight_in_clusters):
+    """Divide the per-cluster sums by the cluster weights (in place).
+
+    Empty clusters take the location of the heaviest cluster, in the same loop
+    order as scikit-learn.
+    """
+    argmax_weight = int(np.argmax(weight_in_clusters))
+    for j in range(centers_sums.shape[0]):
+        if weight_in_clusters[j] > 0:
+            centers_sums[j] *= 1.0 / weight_in_clusters[j]
+        else:
+            centers_sums[j] = centers_sums[argmax_weight]
+
+
+def _lloyd_stop(i, labels, labels_old, center_shift_tot, tol, xp):
+    """scikit-learn's stopping rule: "strict" (labels unchanged), "tol" (the
+    centers moved at most ``tol``), or "" (go on)."""
+    if labels_old is not None and bool(xp.all(labels == labels_old)):
+        logger.debug("Converged at iteration %d: strict convergence.", i)
+        return "strict"
+    if center_shift_tot <= tol:
+        logger.debug(
+            "Converged at iteration %d: center shift %g within tolerance %g.",
+            i,
+            center_shift_tot,
+            tol,
+        )
+        return "tol"
+    return ""
+
+
+def _kmeans_single_lloyd(
+    op,
+    sample_weight,
+    centers_init,
+    x_squared_norms,
+    max_iter,
+    tol,
+    *,
+    steps,
+    unit_weights=False,
+):
+    """A single run of Lloyd's algorithm, as scikit-learn's ``_kmeans_single_lloyd``.
+
+    Stops at strict convergence (labels unchanged) or when the squared center shift
+    is at most ``tol``; in the latter case (and at ``max_iter``) a final E-step makes
+    the labels match the returned centers. Empty clusters are relocated as in
+    scikit-learn.
+
+    Parameters
+    ----------
+    op : Operator of shape (n_samples, n_features)
+        The data.
+    sample_weight : array of shape (n_samples,)
+        Weights of the rows, in the operator's namespace.
+    centers_init : ndarray of shape (n_clusters, n_features)
+        Initial centers (host).
+    x_squared_norms : array of shape (n_samples,) or None
+        Squared row norms of ``T``; None only with ``steps.lazy_row_norms`` (they
+        are then computed if an empty cluster must be relocated).
+    max_iter : int
+        Maximum number of iterations.
+    tol : float
+        Tolerance on the squared center shift (already scaled).
+    steps : _LloydSteps or _FusedLloyd
+        The E and M steps (:func:`_lloyd_steps`).
+    unit_weights : bool, default=False
+        Whether ``sample_weight`` is all ones (made so by the caller): the compiled
+        M-step then reads no weights.
+
+    Returns
+    -------
+    labels : array of shape (n_samples,)
+    inertia : float
+    centers : ndarray of shape (n_clusters, n_features)
+    n_iter : int
+    """
+    xp = op.xp
+    weights = steps.weights(sample_weight, unit_weights)
+    centers = centers_init
+    labels_old = None
+    strict_convergence = False
+    for i in range(max_iter):
+        labels = steps.assign(centers)
+        centers_new, weight_in_clusters = steps.center_sums(
+            labels, weights, centers.dtype
+        )
+        if np.any(weight_in_clusters == 0):
+            if x_squared_norms is None:
+                x_squared_norms = _row_sq_norms(op)
+            _relocate_empty_clusters(
+                op,
+                steps,
+                labels,
+                sample_weight,
+                x_squared_norms,
+                centers_new,
+                weight_in_clusters,
+            )
+        _average_centers(centers_new, weight_in_clusters)
+        center_shift = np.sqrt(((centers_new - centers) ** 2).sum(axis=1))
+        centers = centers_new
+        stop = _lloyd_stop(
+            i, labels, labels_old, float((center_shift**2).sum()), tol, xp
+        )
+        if stop:
+            strict_convergence = stop == "strict"
+            break
+        labels_old = labels
+
+    if strict_convergence:
+        # The labels are those of the previous centers (unchanged): the inertia is
+        # measured against the new centers, as scikit-learn does.
+        own = steps.distances_at(centers, labels)
+    else:
+        # Rerun the E-step so that the labels match the centers.
+        labels = steps.assign(centers)
+        own = steps.own_distances(labels)
+    col_weights = None if unit_weights else sample_weight
+    inertia = _inertia(op, own, sample_weight, x_squared_norms, col_weights)
+    return labels, inertia, centers, i + 1
 
 
 def _kmeans_single_lloyd_fused(
@@ -700,231 +866,73 @@ def _kmeans_single_lloyd_fused(
     tol,
     unit_weights=False,
 ):
-    """:func:`_kmeans_single_lloyd` with the compiled fused iteration.
+    """:func:`_kmeans_single_lloyd` on the compiled steps ``fused``, BLAS on one
+    thread.
 
-    Same iteration, convergence tests, empty-cluster relocation and final E-step;
-    no ``n x n_clusters`` array is built and the n-sized workspaces (labels, partial
-    distances) are reused across iterations. ``x_squared_norms`` may be None: it is
-    then computed only if an empty cluster must be relocated, and the inertia takes
-    ``sum_i w_i ||x_i||^2`` from the weighted column sums of squares. With
-    ``unit_weights`` (``sample_weight`` all ones, as the caller made it) the M-step
-    reads no weights and the column sums of squares use the dataset's cached
-    per-row counts.
+    As scikit-learn's KMeans does: the passes run on the kernels' threads, and
+    BLAS's threads cost more than they save on the small per-iteration tables.
     """
-    dtype = fused.dtype
-    n = op.n_rows
-    label_buffers = [np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32)]
-    # The kernel reads float64 weights: convert once, not per iteration.
-    weights64 = None if unit_weights else np.asarray(sample_weight, dtype=np.float64)
-    centers = centers_init
-    labels_old = None
-    labels = None
-    strict_convergence = False
-    for i in range(max_iter):
-        labels, best, sums, weights = fused.step(
-            centers, weights64, update=True, labels_out=label_buffers[i % 2]
+    with one_blas_thread():
+        return _kmeans_single_lloyd(
+            op,
+            sample_weight,
+            centers_init,
+            x_squared_norms,
+            max_iter,
+            tol,
+            steps=fused,
+            unit_weights=unit_weights,
         )
-        weight_in_clusters = weights.astype(dtype)
-        centers_new = sums.astype(dtype)
-        if np.any(weight_in_clusters == 0):
-            if x_squared_norms is None:
-                x_squared_norms = np.asarray(op.row_sq_norms(), dtype=dtype)
-            _relocate_empty_clusters(
-                op,
-                sample_weight,
-                x_squared_norms,
-                best,
-                np.max(np.abs(best), initial=0.0),
-                centers_new,
-                weight_in_clusters,
-                labels,
-            )
-        _average_centers(centers_new, weight_in_clusters)
-        center_shift_tot = float(((centers_new - centers) ** 2).sum())
-        centers = centers_new
-        stop = _lloyd_stop(i, labels, labels_old, center_shift_tot, tol)
-        if stop:
-            strict_convergence = stop == "strict"
-            break
-        labels_old = labels
-    if strict_convergence:
-        # The labels of the previous centers, the distances to the new ones.
-        _, best, _, _ = fused.step(centers, weights64, update=False, labels_in=labels)
-    else:
-        labels, best, _, _ = fused.step(
-            centers, weights64, update=False, labels_out=label_buffers[0]
-        )
-    if x_squared_norms is None:
-        # sum_i w_i (||x_i||^2 + best_i), each part summed on its own.
-        col_weights = None if unit_weights else sample_weight
-        norms = float(np.sum(op.col_sq_sums(col_weights), dtype=np.float64))
-        inertia = max(norms + float(best @ sample_weight), 0.0)
-    else:
-        d = x_squared_norms + best
-        np.maximum(d, 0, out=d)
-        inertia = float(d @ sample_weight)
-    return labels.copy(), inertia, centers, i + 1
 
 
-# ------------------------------------------------------- kernels on a device
-# The same algorithm for an operator on a device (CuPy, array_api_strict): every
-# n-length array (distances, labels, weights, assignments) stays on the device;
-# the centers and the per-cluster sums (n_clusters x n_features) live on the host,
-# and only they, a few chosen row indices and scalars cross.
-
-
-def _partial_sq_distances_xp(op, centers):
-    xp = op.xp
-    C = asarray_on(centers, xp, op.device)
-    centers_sq = asarray_on(row_norms(centers, squared=True), xp, op.device)
-    return -2.0 * op.matmul(xp.matrix_transpose(C)) + centers_sq[None, :]
-
-
-def _sq_distances_xp(op, Y, x_squared_norms):
-    xp = op.xp
-    Yd = asarray_on(Y, xp, op.device)
-    YY = asarray_on(row_norms(Y, squared=True), xp, op.device)
-    distances = -2.0 * xp.matrix_transpose(op.matmul(xp.matrix_transpose(Yd)))
-    distances = distances + YY[:, None] + x_squared_norms[None, :]
-    return xp.maximum(distances, xp.zeros_like(distances))
-
-
-def _take_rows_xp(op, rows):
-    rows = np.asarray(rows, dtype=np.int64)
-    return to_numpy(op.take_rows(rows).materialize("dense"))
-
-
-def _kmeans_plusplus_xp(op, n_clusters, x_squared_norms, sample_weight, random_state):
-    """:func:`_kmeans_plusplus` on a device, with the same random stream.
-
-    The first draw repeats ``RandomState.choice(n, p=w / sum(w))`` (a uniform
-    variate searched in the normalized cumulative weights) on the device.
-    """
-    xp, dev = op.xp, op.device
-    n_samples, n_features = op.shape
-    centers = np.empty((n_clusters, n_features), dtype=op.dtype)
-    n_local_trials = 2 + int(np.log(n_clusters))
-    cdf = xp.cumulative_sum(sample_weight)
-    cdf = cdf / cdf[-1]
-    u = asarray_on(
-        np.asarray([random_state.random_sample()]), xp, dev, numpy_dtype(cdf.dtype)
-    )
-    center_id = int(xp.searchsorted(cdf, u, side="right")[0])
-    centers[0] = _take_rows_xp(op, [center_id])[0]
-    closest_dist_sq = _sq_distances_xp(op, centers[0:1], x_squared_norms)[0, :]
-    current_pot = float(xp.sum(closest_dist_sq * sample_weight))
-    last = n_samples - 1
-    for c in range(1, n_clusters):
-        rand_vals = random_state.uniform(size=n_local_trials) * current_pot
-        cum = xp.cumulative_sum(sample_weight * closest_dist_sq)
-        ids = xp.searchsorted(
-            cum, asarray_on(rand_vals, xp, dev, numpy_dtype(cum.dtype))
-        )
-        candidate_ids = np.minimum(to_numpy(ids), last)
-        candidates = _take_rows_xp(op, candidate_ids)
-        dist = _sq_distances_xp(op, candidates, x_squared_norms)
-        dist = xp.minimum(closest_dist_sq[None, :], dist)
-        # A product, not a sum along axis 1: CuPy reduces each of the few long
-        # rows in one thread block (7 ms per call at 1e7 rows, against 0.1 ms).
-        candidates_pot = to_numpy(dist @ sample_weight)
-        best = int(np.argmin(candidates_pot))
-        current_pot = float(candidates_pot[best])
-        closest_dist_sq = dist[best, :]
-        centers[c] = candidates[best]
-    return centers
-
-
-def _row_distances_xp(xp, x_squared_norms, partial, labels):
-    chosen = xp.take_along_axis(partial, labels[:, None], axis=1)[:, 0]
-    d = x_squared_norms + chosen
-    return xp.maximum(d, xp.zeros_like(d))
-
-
-def _lloyd_iter_xp(op, sample_weight, centers, x_squared_norms, update_centers=True):
-    """:func:`_lloyd_iter` on a device; labels and partial distances stay there."""
-    xp = op.xp
-    n_clusters = centers.shape[0]
-    partial = _partial_sq_distances_xp(op, centers)
-    labels = xp.argmin(partial, axis=1)
-    if not update_centers:
-        return labels, partial, None, None
-    clusters = xp.arange(n_clusters, device=op.device)
-    assignment = xp.astype(labels[:, None] == clusters[None, :], partial.dtype)
-    assignment = assignment * sample_weight[:, None]
-    weight_in_clusters = to_numpy(sum_axis0(assignment, xp)).astype(centers.dtype)
-    centers_new = np.ascontiguousarray(
-        to_numpy(op.rmatmul(assignment)).T, dtype=centers.dtype
-    )
-    empty = np.flatnonzero(weight_in_clusters == 0)
-    if empty.shape[0]:
-        distances = _row_distances_xp(xp, x_squared_norms, partial, labels)
-        scale = float(xp.max(x_squared_norms)) + float(xp.max(xp.abs(partial)))
-        eps = np.finfo(centers.dtype).eps
-        if float(xp.max(distances)) > 8 * (op.n_cols + 2) * eps * scale:
-            n_empty = empty.shape[0]
-            far = xp.argsort(distances, descending=True, stable=True)[:n_empty]
-            far_np = to_numpy(far)
-            far_rows = _take_rows_xp(op, far_np)
-            weights = to_numpy(xp.take(sample_weight, far))
-            old = to_numpy(xp.take(labels, far))
-            for idx in range(n_empty):
-                new_id, old_id, w = empty[idx], old[idx], weights[idx]
-                centers_new[old_id] -= far_rows[idx] * w
-                centers_new[new_id] = far_rows[idx] * w
-                weight_in_clusters[new_id] = w
-                weight_in_clusters[old_id] -= w
-    _average_centers(centers_new, weight_in_clusters)
-    center_shift = np.sqrt(((centers_new - centers) ** 2).sum(axis=1))
-    return labels, partial, centers_new, center_shift
-
-
-def _inertia_xp(xp, x_squared_norms, partial, labels, sample_weight):
-    d = _row_distances_xp(xp, x_squared_norms, partial, labels)
-    return float(xp.sum(d * sample_weight))
-
-
-def _kmeans_single_lloyd_xp(
-    op, sample_weight, centers_init, x_squared_norms, max_iter, tol
+def _labels_inertia(
+    op, sample_weight, centers, x_squared_norms=None, return_inertia=True
 ):
-    """:func:`_kmeans_single_lloyd` on a device."""
-    xp = op.xp
-    centers = centers_init
-    labels_old = None
-    strict_convergence = False
-    n_iter = 0
-    for n_iter in range(1, max_iter + 1):  # noqa: B007 (used after the loop)
-        labels, _, centers, center_shift = _lloyd_iter_xp(
-            op, sample_weight, centers, x_squared_norms
-        )
-        if labels_old is not None and bool(xp.all(labels == labels_old)):
-            strict_convergence = True
-            break
-        if float((center_shift**2).sum()) <= tol:
-            break
-        labels_old = labels
-    if strict_convergence:
-        partial = _partial_sq_distances_xp(op, centers)
-    else:
-        labels, partial, _, _ = _lloyd_iter_xp(
-            op, sample_weight, centers, x_squared_norms, update_centers=False
-        )
-    inertia = _inertia_xp(xp, x_squared_norms, partial, labels, sample_weight)
-    return labels, inertia, centers, n_iter
+    """E-step: labels of the rows of ``T`` and, optionally, the inertia.
+
+    Parameters
+    ----------
+    op : Operator of shape (n_samples, n_features)
+        The data.
+    sample_weight : array of shape (n_samples,)
+        Weights of the rows (read for the inertia only).
+    centers : ndarray of shape (n_clusters, n_features)
+        The centers (host).
+    x_squared_norms : array of shape (n_samples,), default=None
+        Squared row norms (computed when None and the inertia is asked for).
+    return_inertia : bool, default=True
+        Whether to return the inertia too.
+
+    Returns
+    -------
+    labels : array of int32 of shape (n_samples,)
+    inertia : float
+        Only when ``return_inertia``.
+    """
+    steps = _lloyd_steps(op, centers.shape[0])
+    try:
+        labels = steps.assign(centers)
+    except CompiledUnavailable:
+        steps = _LloydSteps(op, centers.shape[0])
+        labels = steps.assign(centers)
+    labels = _as_int32(labels, op.xp)
+    if not return_inertia:
+        return labels
+    if x_squared_norms is None:
+        x_squared_norms = _row_sq_norms(op)
+    own = steps.own_distances(labels)
+    return labels, _inertia(op, own, sample_weight, x_squared_norms)
 
 
-def _is_same_clustering_xp(xp, labels1, labels2, n_clusters):
-    """:func:`_is_same_clustering` on a device, from the (k, k) contingency table."""
+def _is_same_clustering(labels1, labels2, n_clusters, xp):
+    """Whether ``labels1`` maps to ``labels2`` by a function (scikit-learn's test),
+    from the ``(n_clusters, n_clusters)`` contingency table."""
     clusters = xp.arange(n_clusters, device=device_of(labels1))
-    A = xp.astype(labels1[:, None] == clusters[None, :], xp.float64)
-    B = xp.astype(labels2[:, None] == clusters[None, :], xp.float64)
+    f64 = namespace_dtype(xp, np.float64)
+    A = xp.astype(labels1[:, None] == clusters[None, :], f64)
+    B = xp.astype(labels2[:, None] == clusters[None, :], f64)
     table = to_numpy(xp.matrix_transpose(A) @ B)
     return bool(np.all((table > 0).sum(axis=1) <= 1))
-
-
-def _is_same_clustering(labels1, labels2):
-    """Whether ``labels1`` maps to ``labels2`` by a function (scikit-learn's test)."""
-    pairs = np.unique(np.stack([labels1, labels2]), axis=1)
-    return pairs.shape[1] == np.unique(pairs[0]).shape[0]
 
 
 # ------------------------------------------------------------------------ estimator
@@ -968,8 +976,8 @@ class FactorizedKMeans(
         k-means++ bookkeeping (candidate indices, potentials) run on the host.
         ``cluster_centers_`` and ``labels_`` stay where the fit ran;
         ``predict``/``transform`` return the caller's array type; pickles hold
-        NumPy arrays. "gpu" without a usable GPU raises a ``RuntimeError`` with the
-        probe's reason. A materialized dense plan on the GPU is fitted by cuML's
+        NumPy arrays. "gpu" without a usable GPU raises a
+        ``DeviceUnavailableError`` (a ``RuntimeError``) with the probe's reason. A materialized dense plan on the GPU is fitted by cuML's
         ``KMeans`` when cuML is installed (its seeding differs: "k-means++"
         becomes k-means||).
 
@@ -1113,51 +1121,28 @@ class FactorizedKMeans(
             )
             return centers
         if isinstance(init, str) and init == "random":
-            seeds = random_state.choice(
-                op.n_rows,
-                size=self.n_clusters,
-                replace=False,
-                p=sample_weight / sample_weight.sum(),
-            )
-            return _take_dense_rows(op, seeds).astype(op.dtype, copy=False)
+            seeds = _weighted_sample(random_state, sample_weight, self.n_clusters)
+            return _take_rows(op, seeds).astype(op.dtype, copy=False)
         return init.copy()
-
-    def _check_sample_weight(self, sample_weight, op):
-        # A zero-width stand-in: only the number of rows and the dtype are used.
-        return _check_sample_weight(
-            sample_weight, np.empty((op.n_rows, 0), dtype=op.dtype), dtype=op.dtype
-        )
 
     def _fit(self, X, sample_weight):
         op = validate_X(self, X, reset=True, strategy=self.strategy, device=self.device)
-        xp = op.xp
-        on_device = not is_numpy_namespace(xp)
-        if on_device and sample_weight is not None and hasattr(sample_weight, "shape"):
-            sample_weight = to_numpy(sample_weight)
         n_samples, n_features = op.shape
         if n_samples < self.n_clusters:
             raise ValueError(
                 f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}."
             )
-        tol = _tolerance(op, self.tol)
+        unit_weights = sample_weight is None
+        sample_weight = sample_weight_on(op, sample_weight)
         n_init = self._resolve_n_init()
         random_state = check_random_state(self.random_state)
-        unit_weights = sample_weight is None
-        if on_device and sample_weight is None:
-            # Unit weights made where they are used (no n-length upload).
-            sample_weight = xp.ones(
-                n_samples, dtype=namespace_dtype(xp, op.dtype), device=op.device
-            )
-        else:
-            sample_weight = self._check_sample_weight(sample_weight, op)
-            if on_device:
-                sample_weight = asarray_on(sample_weight, xp, op.device)
-
         init = self.init
         if self._init_is_array():
             init = self._check_init_array(n_features, op.dtype)
         if use_cuml(op, self.strategy):
-            # cuML's Lloyd on the materialized GPU matrix (_backend._cuml).
+            # A materialized dense matrix on the GPU: cuML's own Lloyd solver
+            # (_backend._cuml), another library's kernel with its own seeding and
+            # stopping rule, hence a plan of its own rather than steps of ours.
             fitted = fit_cuml(
                 "kmeans",
                 op,
@@ -1175,90 +1160,14 @@ class FactorizedKMeans(
             self._n_features_out = self.n_clusters
             return op
 
-        # Subtract the mean of dense data for accurate distances, implicitly (as
-        # scikit-learn does explicitly); sparse data stay uncentered.
-        x_mean = None
-        fit_op = op
-        if not op.is_sparse:
-            col_sums = np.asarray(to_numpy(op.col_sums()), dtype=np.float64)
-            x_mean = (col_sums / n_samples).astype(op.dtype)
-            fit_op = AffineOperator(op, offset=x_mean)
-            if self._init_is_array():
-                init -= x_mean
-        if on_device:
-            x_squared_norms = fit_op.row_sq_norms()
-            best_labels, best_centers, best_inertia, best_n_iter = self._fit_xp(
-                fit_op, x_squared_norms, init, random_state, sample_weight, n_init, tol
-            )
-            n_init = 0
-        else:
-            best_inertia, best_labels = None, None
-        fused = None if on_device else _fused_lloyd_plan(fit_op, self.n_clusters)
-        if not on_device:
-            # The row norms (a pass over the sources, 4-5 ms at 2e5 rows) are read
-            # by k-means++ and the NumPy iteration; the compiled one needs them
-            # only to relocate an empty cluster (it computes them then).
-            x_squared_norms = None
-            if fused is None or not self._init_is_array():
-                x_squared_norms = np.asarray(fit_op.row_sq_norms(), dtype=op.dtype)
-        for _ in range(n_init):
-            centers_init = self._init_centroids(
-                fit_op, x_squared_norms, init, random_state, sample_weight
-            )
-            if fused is not None:
-                try:
-                    # BLAS on one thread, as in scikit-learn's KMeans: the passes
-                    # run on the kernels' threads, and BLAS's threads cost more
-                    # than they save on the small per-iteration tables (1e6 rows:
-                    # 0.47 against 0.57 s; beside a busy core 0.60 against 0.63 s).
-                    with one_blas_thread():
-                        labels, inertia, centers, n_iter = _kmeans_single_lloyd_fused(
-                            fused,
-                            fit_op,
-                            sample_weight,
-                            centers_init,
-                            x_squared_norms,
-                            self.max_iter,
-                            tol,
-                            unit_weights,
-                        )
-                except CompiledUnavailable:
-                    fused = None  # the same run on the NumPy kernels, below
-            if fused is None:
-                if x_squared_norms is None:
-                    x_squared_norms = np.asarray(fit_op.row_sq_norms(), dtype=op.dtype)
-                labels, inertia, centers, n_iter = _kmeans_single_lloyd(
-                    fit_op,
-                    sample_weight,
-                    centers_init,
-                    x_squared_norms,
-                    self.max_iter,
-                    tol,
-                )
-            if best_inertia is None or (
-                inertia < best_inertia and not _is_same_clustering(labels, best_labels)
-            ):
-                best_labels, best_centers = labels, centers
-                best_inertia, best_n_iter = inertia, n_iter
-
-        if x_mean is not None:
-            best_centers = best_centers + x_mean
-
-        if on_device:
-            counts = to_numpy(
-                xp.sum(
-                    xp.astype(
-                        best_labels[:, None]
-                        == xp.arange(self.n_clusters, device=op.device)[None, :],
-                        xp.int64,
-                    ),
-                    axis=0,
-                )
-            )
-        else:
-            # A count per cluster (np.unique sorts the n labels: 2 ms at 2e5).
-            counts = np.bincount(best_labels, minlength=self.n_clusters)
-        distinct_clusters = int(np.count_nonzero(counts))
+        tol = _tolerance(op, self.tol)
+        labels, inertia, centers, n_iter = self._lloyd_runs(
+            op, sample_weight, unit_weights, init, n_init, tol, random_state
+        )
+        xp = op.xp
+        distinct_clusters = sum(
+            bool(xp.any(labels == j)) for j in range(self.n_clusters)
+        )
         if distinct_clusters < self.n_clusters:
             warnings.warn(
                 f"Number of distinct clusters ({distinct_clusters}) found smaller than "
@@ -1266,62 +1175,70 @@ class FactorizedKMeans(
                 ConvergenceWarning,
                 stacklevel=3,
             )
-
-        self._n_features_out = best_centers.shape[0]
-        if on_device:
-            # Fitted attributes stay where the fit ran.
-            best_centers = asarray_on(best_centers, xp, op.device)
-            best_labels = xp.astype(best_labels, xp.int32)
-        self.cluster_centers_ = best_centers
-        self.labels_ = best_labels
-        self.inertia_ = best_inertia
-        self.n_iter_ = best_n_iter
+        self._n_features_out = self.n_clusters
+        # Fitted attributes stay where the fit ran (NumPy centers for Dask).
+        self.cluster_centers_ = _on_op(centers, op)
+        self.labels_ = _as_int32(labels, xp)
+        self.inertia_ = inertia
+        self.n_iter_ = n_iter
         return op
 
-    def _fit_xp(
-        self, op, x_squared_norms, init, random_state, sample_weight, n_init, tol
+    def _lloyd_runs(
+        self, op, sample_weight, unit_weights, init, n_init, tol, random_state
     ):
-        """The ``n_init`` runs on a device (see the kernels ``*_xp``)."""
-        xp = op.xp
-        best_inertia = best_labels = best_centers = best_n_iter = None
+        """The ``n_init`` runs of the kernel; the best one by scikit-learn's rule."""
+        # Subtract the mean of dense data for accurate distances, implicitly (as
+        # scikit-learn does explicitly); sparse data stay uncentered.
+        x_mean = None
+        if not op.is_sparse:
+            col_sums = np.asarray(to_numpy(op.col_sums()), dtype=np.float64)
+            x_mean = (col_sums / op.n_rows).astype(op.dtype)
+            op = AffineOperator(op, offset=x_mean)
+            if self._init_is_array():
+                init = init - x_mean
+        steps = _lloyd_steps(op, self.n_clusters)
+        # The row norms (a pass over the sources) are read by k-means++ and the
+        # generic steps; the compiled ones need them only to relocate an empty
+        # cluster (the kernel computes them then).
+        x_squared_norms = None
+        if not (steps.lazy_row_norms and self._init_is_array()):
+            x_squared_norms = _row_sq_norms(op)
+        best = None
         for _ in range(n_init):
-            if isinstance(init, str) and init == "k-means++":
-                centers_init = _kmeans_plusplus_xp(
-                    op, self.n_clusters, x_squared_norms, sample_weight, random_state
-                )
-            elif isinstance(init, str):
-                # "random": drawn on the host from the normalized weights (one
-                # n-length copy per run, as RandomState.choice needs them).
-                w = to_numpy(sample_weight)
-                seeds = random_state.choice(
-                    op.n_rows, size=self.n_clusters, replace=False, p=w / w.sum()
-                )
-                centers_init = _take_rows_xp(op, seeds).astype(op.dtype, copy=False)
-            else:
-                centers_init = init.copy()
-            labels, inertia, centers, n_iter = _kmeans_single_lloyd_xp(
-                op, sample_weight, centers_init, x_squared_norms, self.max_iter, tol
+            centers_init = self._init_centroids(
+                op, x_squared_norms, init, random_state, sample_weight
             )
-            if best_inertia is None or (
-                inertia < best_inertia
-                and not _is_same_clustering_xp(xp, labels, best_labels, self.n_clusters)
+            run = steps.run(
+                op,
+                sample_weight,
+                centers_init,
+                x_squared_norms,
+                self.max_iter,
+                tol,
+                unit_weights,
+            )
+            if best is None or (
+                run[1] < best[1]
+                and not _is_same_clustering(run[0], best[0], self.n_clusters, op.xp)
             ):
-                best_labels, best_centers = labels, centers
-                best_inertia, best_n_iter = inertia, n_iter
-        return best_labels, best_centers, best_inertia, best_n_iter
+                best = run
+        labels, inertia, centers, n_iter = best
+        if x_mean is not None:
+            centers = centers + x_mean
+        return labels, inertia, centers, n_iter
 
     def _transform(self, op):
         xp = op.xp
-        if not is_numpy_namespace(xp):
-            centers = np.asarray(to_numpy(self.cluster_centers_), dtype=op.dtype)
-            d = _sq_distances_xp(op, centers, op.row_sq_norms())
-            return xp.sqrt(xp.matrix_transpose(d))
-        centers = to_numpy(self.cluster_centers_).astype(np.float64, copy=False)
-        d = -2.0 * op.matmul(np.ascontiguousarray(centers.T))
-        d += np.asarray(op.row_sq_norms(), dtype=np.float64)[:, np.newaxis]
-        d += row_norms(centers, squared=True)[np.newaxis, :]
-        np.maximum(d, 0, out=d)
-        return np.sqrt(d, out=d).astype(op.dtype, copy=False)
+        centers = np.asarray(to_numpy(self.cluster_centers_), dtype=np.float64)
+        f64 = namespace_dtype(xp, np.float64)
+        d = -2.0 * op.matmul(_on_op(np.ascontiguousarray(centers.T), op))
+        d += xp.astype(op.row_sq_norms(), f64)[:, None]
+        d += _on_op(row_norms(centers, squared=True), op)[None, :]
+        d = xp.sqrt(_clip_negative(d, xp))
+        return xp.astype(d, namespace_dtype(xp, op.dtype), copy=False)
+
+    def _host_centers(self, op):
+        return np.asarray(to_numpy(self.cluster_centers_), dtype=op.dtype)
 
     # ------------------------------------------------------------- public API
     @_fit_context(prefer_skip_nested_validation=True)
@@ -1364,9 +1281,8 @@ class FactorizedKMeans(
         labels : ndarray of shape (n_samples,)
             Index of the cluster each row belongs to.
         """
-        xp_in, device_in = input_namespace(X)
-        labels = self.fit(X, sample_weight=sample_weight).labels_
-        return _to_caller(labels, get_namespace(labels), xp_in, device_in)
+        caller = Caller(X)
+        return caller.give(self.fit(X, sample_weight=sample_weight).labels_)
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit_transform(self, X, y=None, sample_weight=None):
@@ -1387,9 +1303,9 @@ class FactorizedKMeans(
         X_new : ndarray of shape (n_samples, n_clusters)
             Euclidean distance of each row to each center.
         """
-        xp_in, device_in = input_namespace(X)
+        caller = Caller(X)
         op = self._fit(X, sample_weight)
-        return _to_caller(self._transform(op), op.xp, xp_in, device_in)
+        return caller.give(self._transform(op))
 
     def predict(self, X):
         """Return the closest center of each row.
@@ -1406,18 +1322,12 @@ class FactorizedKMeans(
             Index of the cluster each row belongs to.
         """
         check_is_fitted(self)
-        xp_in, device_in = input_namespace(X)
+        caller = Caller(X)
         op = validate_X(
             self, X, reset=False, strategy=self.strategy, device=self.device
         )
-        centers = to_numpy(self.cluster_centers_).astype(op.dtype, copy=False)
-        if not is_numpy_namespace(op.xp):
-            partial = _partial_sq_distances_xp(op, centers)
-            labels = op.xp.astype(op.xp.argmin(partial, axis=1), op.xp.int32)
-            return _to_caller(labels, op.xp, xp_in, device_in)
-        sample_weight = np.ones(op.n_rows, dtype=op.dtype)
-        labels = _labels_inertia(op, sample_weight, centers, return_inertia=False)
-        return _to_caller(labels, op.xp, xp_in, device_in)
+        centers = self._host_centers(op)
+        return caller.give(_labels_inertia(op, None, centers, return_inertia=False))
 
     def transform(self, X):
         """Euclidean distances of the rows to the centers.
@@ -1434,11 +1344,11 @@ class FactorizedKMeans(
             Distance of each row to each center.
         """
         check_is_fitted(self)
-        xp_in, device_in = input_namespace(X)
+        caller = Caller(X)
         op = validate_X(
             self, X, reset=False, strategy=self.strategy, device=self.device
         )
-        return _to_caller(self._transform(op), op.xp, xp_in, device_in)
+        return caller.give(self._transform(op))
 
     def score(self, X, y=None, sample_weight=None):
         """Opposite of the inertia of ``X`` with respect to the centers.
@@ -1462,27 +1372,11 @@ class FactorizedKMeans(
         op = validate_X(
             self, X, reset=False, strategy=self.strategy, device=self.device
         )
-        xp = op.xp
-        centers = to_numpy(self.cluster_centers_).astype(op.dtype, copy=False)
-        if not is_numpy_namespace(xp):
-            if sample_weight is not None and hasattr(sample_weight, "shape"):
-                sample_weight = to_numpy(sample_weight)
-            sw = asarray_on(self._check_sample_weight(sample_weight, op), xp, op.device)
-            partial = _partial_sq_distances_xp(op, centers)
-            labels = xp.argmin(partial, axis=1)
-            return -_inertia_xp(xp, op.row_sq_norms(), partial, labels, sw)
-        sample_weight = self._check_sample_weight(sample_weight, op)
-        _, inertia = _labels_inertia(op, sample_weight, centers)
+        sample_weight = sample_weight_on(op, sample_weight)
+        _, inertia = _labels_inertia(op, sample_weight, self._host_centers(op))
         return -inertia
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         return tags
-
-
-def _to_caller(out, xp, xp_in, device_in):
-    """``out`` (computed in ``xp``) in the caller's namespace and on its device."""
-    if xp is xp_in or (is_numpy_namespace(xp) and is_numpy_namespace(xp_in)):
-        return out
-    return asarray_on(out, xp_in, device_in)

@@ -382,3 +382,24 @@ def validate_fit_inputs(
         sw_sum = float(np.sum(sample_weight))
         sample_weight = asarray_on(sample_weight, op.xp, op.device)
     return op, y, sample_weight, sw_sum, caller
+
+
+def sample_weight_on(op: Operator, sample_weight: Any = None) -> Any:
+    """``sample_weight`` checked as scikit-learn's ``_check_sample_weight`` does,
+    as an array of ``op``'s dtype in ``op``'s namespace and on its device.
+
+    Unit weights (``None``) for an operator on a device are made there, with no
+    n-length upload; given weights are checked on the host and moved once.
+    """
+    from sklearn.utils.validation import _check_sample_weight
+
+    xp = op.xp
+    dtype = np.dtype(op.dtype)
+    if sample_weight is None and not is_numpy_namespace(xp):
+        return xp.ones(op.n_rows, dtype=namespace_dtype(xp, dtype), device=op.device)
+    if sample_weight is not None and not _is_host(sample_weight):
+        sample_weight = to_numpy(sample_weight)
+    # A zero-width stand-in for X: only its number of rows and its dtype are read.
+    stand_in = np.empty((op.n_rows, 0), dtype=dtype)
+    sample_weight = _check_sample_weight(sample_weight, stand_in, dtype=dtype)
+    return asarray_on(sample_weight, xp, op.device)
