@@ -14,7 +14,7 @@ from ilargi_sklearn.cluster._kmeans import (
     _labels_inertia,
     _lloyd_iter,
 )
-from ilargi_sklearn.dataset import FactorizedMatrix, MatrixOperator
+from ilargi_sklearn.multisource import FactorizedMatrix, MatrixOperator
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
 
 

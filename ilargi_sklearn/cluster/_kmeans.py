@@ -1,7 +1,7 @@
 """K-Means clustering (Lloyd's algorithm) on the operator protocol.
 
 The kernels below are module-level functions over an
-:class:`~ilargi_sklearn.dataset.Operator`; the same code runs on a factorized
+:class:`~ilargi_sklearn.multisource.Operator`; the same code runs on a factorized
 multi-source dataset and on a plain (materialized) matrix. They mirror
 scikit-learn's ``_kmeans_single_lloyd`` step by step (greedy k-means++, empty-cluster
 relocation, strict and tolerance-based convergence, the final E-step), so that with
@@ -62,8 +62,8 @@ from ilargi_sklearn.cluster._lloyd_numba import (
     fused_assign,
     fused_partial_at,
 )
-from ilargi_sklearn.dataset import AffineOperator, FactorizedMatrix, MatrixOperator
-from ilargi_sklearn.dataset._operators import fused_layout
+from ilargi_sklearn.multisource import AffineOperator, FactorizedMatrix, MatrixOperator
+from ilargi_sklearn.multisource._operators import fused_layout
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     DeviceMixin,
