@@ -81,13 +81,13 @@ from sklearn.exceptions import ConvergenceWarning  # noqa: E402
 from sklearn.linear_model import LinearRegression, LogisticRegression  # noqa: E402
 
 from ilargi_sklearn.cluster import FactorizedKMeans  # noqa: E402
-from ilargi_sklearn.dataset import MultiSourceDataset  # noqa: E402
 from ilargi_sklearn.datasets import load_flights, make_multi_source  # noqa: E402
 from ilargi_sklearn.decomposition import FactorizedGNMF  # noqa: E402
 from ilargi_sklearn.linear_model import (  # noqa: E402
     FactorizedLinearRegression,
     FactorizedLogisticRegression,
 )
+from ilargi_sklearn.multisource import MultiSourceDataset  # noqa: E402
 
 ESTIMATORS = ("linear", "logistic", "kmeans", "gnmf")
 PLANS = ("factorized", "materialized", "merge+sklearn")

@@ -101,8 +101,8 @@ def arrow_table(n_rows: int) -> Any:
 
 
 def convert_cases(source: str, n_rows: int) -> dict[str, Callable[[], Any]]:
-    from ilargi_sklearn.dataset import _interop
-    from ilargi_sklearn.dataset._interop import as_pandas
+    from ilargi_sklearn.multisource import _interop
+    from ilargi_sklearn.multisource._interop import as_pandas
 
     table = arrow_table(n_rows)
     if source == "polars":
@@ -132,7 +132,7 @@ def csv_cases(path: str, quoted: bool) -> dict[str, Callable[[], Any]]:
     import pandas as pd
     import pyarrow.csv as pcsv
 
-    from ilargi_sklearn.dataset._interop import read_table
+    from ilargi_sklearn.multisource._interop import read_table
 
     if quoted:
         return {

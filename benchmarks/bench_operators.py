@@ -49,7 +49,7 @@ from _common import (  # noqa: E402
     write_records,
 )
 
-from ilargi_sklearn.dataset import Join, MultiSourceDataset, from_frames  # noqa: E402
+from ilargi_sklearn.multisource import Join, MultiSourceDataset, from_frames  # noqa: E402
 
 logger = logging.getLogger("bench_operators")
 

@@ -402,7 +402,7 @@ def api_csr_construct(bk: Backend) -> str:
     if not sp.issparse(back):
         raise AssertionError(f"host copy is {type(back).__name__}, not SciPy sparse")
     _close(back.toarray(), S.toarray(), np.float32, "csr(scipy)")
-    # A device sparse source given to from_matrices (dataset/_terms.py): tocsr,
+    # A device sparse source given to from_matrices (multisource/_terms.py): tocsr,
     # astype, sum_duplicates, eliminate_zeros (cuSPARSE csr2csr_compress).
     dup = bk.sparse.csr_matrix(
         (
@@ -425,7 +425,7 @@ def api_csr_construct(bk: Backend) -> str:
 
 
 def api_sparse_ops(bk: Backend) -> str:
-    """Products and reductions of ``dataset/_operators.py`` on sparse sources."""
+    """Products and reductions of ``multisource/_operators.py`` on sparse sources."""
     xp, rng = bk.xp, _rng()
     for dt in (np.float64, np.float32):
         name = np.dtype(dt).name

@@ -5,22 +5,25 @@ Train models directly on several joined tables without building the join: a
 the factorized estimators compute on it through the operator protocol.
 """
 
+from ilargi_sklearn import _compat
 from ilargi_sklearn._backend._plan import (
     DeviceUnavailableError,
     Plan,
     UnsupportedOnDeviceError,
 )
 from ilargi_sklearn.cluster import FactorizedKMeans
-from ilargi_sklearn.dataset import Join, MultiSourceDataset
 from ilargi_sklearn.decomposition import FactorizedGNMF
 from ilargi_sklearn.linear_model import (
     FactorizedLinearRegression,
     FactorizedLogisticRegression,
 )
+from ilargi_sklearn.multisource import Join, MultiSourceDataset
 from ilargi_sklearn.planner import AutoPlan
 from ilargi_sklearn.preprocessing import FactorizedStandardScaler
 
 __version__ = "0.1.0"
+
+_compat.install()
 
 __all__ = [
     "AutoPlan",

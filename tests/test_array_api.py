@@ -19,7 +19,7 @@ from ilargi_sklearn._backend._namespace import (
     to_numpy,
 )
 from ilargi_sklearn._backend._ops import segment_sum
-from ilargi_sklearn.dataset import AffineOperator, MatrixOperator
+from ilargi_sklearn.multisource import AffineOperator, MatrixOperator
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
 
 xps, DEV = strict_namespace()

@@ -8,7 +8,7 @@ import scipy.sparse as sp
 from _helpers import assert_close, dense
 
 from ilargi_sklearn._backend import RowMap, safe_sparse_dot, segment_sum
-from ilargi_sklearn.dataset import _operators
+from ilargi_sklearn.multisource import _operators
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
 
 
@@ -275,7 +275,7 @@ def _sparse_operands(rng, n, dtype):
 def test_rmatmul_sparse_equals_dense(scenario):
     # The k-means M-step passes a sparse one-hot: every operator must give the
     # dense product (as a dense ndarray) for any sparse right-hand side.
-    from ilargi_sklearn.dataset import AffineOperator
+    from ilargi_sklearn.multisource import AffineOperator
 
     ds = random_dataset(4, n_rows=50, scenario=scenario)
     op = ds.operator

@@ -758,7 +758,7 @@ def test_predict_scores_new_rows_with_the_training_encoding(star, tmp_path, caps
     np.testing.assert_array_equal(got["base_row"], np.arange(25))
     np.testing.assert_array_equal(got["customer_id"], new["customer_id"])
     model = joblib.load(out_dir / "star.joblib")
-    from ilargi_sklearn.dataset import DatasetSchema
+    from ilargi_sklearn.multisource import DatasetSchema
 
     schema = DatasetSchema.of(model)
     spec = load_spec(star).with_tables(
@@ -863,7 +863,7 @@ def test_fit_prints_match_rates_and_spec_options(star, tmp_path, capsys):
 
 
 def test_format_fraction_keeps_the_digits_that_matter():
-    from ilargi_sklearn.dataset._builder import format_fraction
+    from ilargi_sklearn.multisource._builder import format_fraction
 
     assert format_fraction(1.0) == "100%" and format_fraction(0.0) == "0%"
     assert format_fraction(0.99999) == "99.999%"

@@ -17,7 +17,7 @@ from ilargi_sklearn.cluster._kmeans import (
     _lloyd_steps,
     _LloydSteps,
 )
-from ilargi_sklearn.dataset import FactorizedMatrix, MatrixOperator
+from ilargi_sklearn.multisource import FactorizedMatrix, MatrixOperator
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
 
 

@@ -14,13 +14,13 @@ from threadpoolctl import threadpool_limits
 from ilargi_sklearn import MultiSourceDataset
 from ilargi_sklearn._backend import _launcher
 from ilargi_sklearn.cluster import FactorizedKMeans, _kmeans, _lloyd_numba
-from ilargi_sklearn.dataset import (
+from ilargi_sklearn.linear_model._linear import _solve_lsqr
+from ilargi_sklearn.multisource import (
     AffineOperator,
     FactorizedMatrix,
     MatrixOperator,
 )
-from ilargi_sklearn.dataset._operators import fused_layout, matmul_into
-from ilargi_sklearn.linear_model._linear import _solve_lsqr
+from ilargi_sklearn.multisource._operators import fused_layout, matmul_into
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
 
 numba = pytest.importorskip("numba")

@@ -9,8 +9,8 @@ distributed = pytest.importorskip(
     "dask.distributed", reason="the [dask] extra (distributed) is not installed"
 )
 
-from ilargi_sklearn.dataset import Join, from_frames  # noqa: E402
 from ilargi_sklearn.distributed import DaskFactorizedMatrix, dask_from_frames  # noqa: E402
+from ilargi_sklearn.multisource import Join, from_frames  # noqa: E402
 
 N = 600
 

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from ilargi_sklearn.dataset import (
+from ilargi_sklearn.multisource import (
     Join,
     JoinMatchWarning,
     MultiSourceDataset,

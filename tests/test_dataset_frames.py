@@ -19,7 +19,7 @@ from _helpers import assert_close
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from ilargi_sklearn.dataset import Join, MultiSourceDataset, from_frames
+from ilargi_sklearn.multisource import Join, MultiSourceDataset, from_frames
 
 K = 6  # size of the key domain: small, so that joins match often
 FEATURES = ["x0", "x1", "n", "flag", "c", "cat", "y", "cn", "w"]
@@ -641,7 +641,7 @@ def test_float_block_copy_equals_column_by_column(monkeypatch, dtype):
     """Large all-float tables are copied as one block: same dataset as the
     column-by-column path, no memory shared with the frame, and NaN or non-float
     columns still go through the per-column checks."""
-    from ilargi_sklearn.dataset import _encoding
+    from ilargi_sklearn.multisource import _encoding
 
     rng = np.random.default_rng(0)
     base = pd.DataFrame(

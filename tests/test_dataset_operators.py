@@ -17,7 +17,7 @@ from _helpers import assert_close, dense
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ilargi_sklearn.dataset import (
+from ilargi_sklearn.multisource import (
     FactorizedMatrix,
     MultiSourceDataset,
     Operator,
@@ -217,7 +217,7 @@ def test_sparse_materialize_with_interleaved_columns_and_explicit_zeros():
     # leave rows out of column order until the final sort; a stored zero of a
     # source is not stored in the join.
     from ilargi_sklearn._backend import RowMap
-    from ilargi_sklearn.dataset._operators import Term
+    from ilargi_sklearn.multisource._operators import Term
 
     rng = np.random.default_rng(2)
     n = 50

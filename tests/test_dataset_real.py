@@ -13,7 +13,7 @@ import pytest
 import scipy.sparse as sp
 from _helpers import assert_close
 
-from ilargi_sklearn.dataset import Join, MultiSourceDataset, from_frames
+from ilargi_sklearn.multisource import Join, MultiSourceDataset, from_frames
 
 pytestmark = pytest.mark.slow
 

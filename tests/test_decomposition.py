@@ -10,9 +10,9 @@ from _helpers import dense, tolerance
 from sklearn.decomposition import NMF
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
-from ilargi_sklearn.dataset import FactorizedMatrix, MatrixOperator
 from ilargi_sklearn.decomposition import FactorizedGNMF
 from ilargi_sklearn.decomposition._gnmf import _frobenius_error, _randomized_svd
+from ilargi_sklearn.multisource import FactorizedMatrix, MatrixOperator
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
 
 
@@ -319,7 +319,7 @@ def test_blocked_numerator_matches_array_path_and_sklearn(monkeypatch, scenario,
     # one; left/outer/snowflake/overlap have unmatched rows (index -1), "overlap"
     # has a target column covered by two sources, "sparse" CSR sources.
     import ilargi_sklearn.decomposition._gnmf as gnmf_module
-    from ilargi_sklearn.dataset._operators import fused_layout
+    from ilargi_sklearn.multisource._operators import fused_layout
 
     monkeypatch.setattr(gnmf_module, "_BLOCK_ELEMENTS", 1)
     ds = random_dataset(11, n_rows=333, scenario=scenario, nonneg=True)
@@ -389,8 +389,8 @@ def test_blocked_numerator_under_scaling_layer(monkeypatch, scenario, k):
     # affine layer with offsets (a min-max-like shift, T' = (T - 1 o^T) diag(s),
     # non-negative; no offset on CSR columns, which stay unshifted).
     import ilargi_sklearn.decomposition._gnmf as gnmf_module
-    from ilargi_sklearn.dataset import AffineOperator
-    from ilargi_sklearn.dataset._operators import fused_layout
+    from ilargi_sklearn.multisource import AffineOperator
+    from ilargi_sklearn.multisource._operators import fused_layout
     from ilargi_sklearn.preprocessing import FactorizedStandardScaler
 
     monkeypatch.setattr(gnmf_module, "_BLOCK_ELEMENTS", 1)

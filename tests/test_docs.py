@@ -21,7 +21,7 @@ DOCS = ROOT / "docs"
 PUBLIC = {
     "ilargi_sklearn": None,
     "ilargi_sklearn.datasets": set(),
-    "ilargi_sklearn.dataset": set(),
+    "ilargi_sklearn.multisource": set(),
     "ilargi_sklearn.cli": set(),
 }
 

@@ -8,10 +8,10 @@ from scipy.special import expit
 from sklearn.linear_model import LogisticRegression
 
 from ilargi_sklearn._backend import _launcher
-from ilargi_sklearn.dataset import AffineOperator, MatrixOperator
-from ilargi_sklearn.dataset._operators import fused_layout
 from ilargi_sklearn.linear_model import FactorizedLogisticRegression, _glm_numba, _loss
 from ilargi_sklearn.linear_model._loss import _fused_binomial_plan, _loss_and_grad
+from ilargi_sklearn.multisource import AffineOperator, MatrixOperator
+from ilargi_sklearn.multisource._operators import fused_layout
 from ilargi_sklearn.preprocessing import FactorizedStandardScaler
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
 

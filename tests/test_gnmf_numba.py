@@ -6,8 +6,8 @@ import scipy.sparse as sp
 from _helpers import plant_compile_failure, tolerance
 
 from ilargi_sklearn._backend import _launcher
-from ilargi_sklearn.dataset._operators import fused_layout
 from ilargi_sklearn.decomposition import _gnmf_numba
+from ilargi_sklearn.multisource._operators import fused_layout
 from ilargi_sklearn.utils._testing import random_dataset
 
 numba = pytest.importorskip("numba")

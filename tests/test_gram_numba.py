@@ -1,11 +1,11 @@
-"""The gram's compiled cross tables (``dataset/_gram_numba.py``): equal to NumPy."""
+"""The gram's compiled cross tables (``multisource/_gram_numba.py``): equal to NumPy."""
 
 import numpy as np
 import pytest
 from _helpers import dense, tolerance
 
 from ilargi_sklearn._backend import _launcher
-from ilargi_sklearn.dataset import (
+from ilargi_sklearn.multisource import (
     _gram_numba,
 )
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset

@@ -26,8 +26,8 @@ from _helpers import dense
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ilargi_sklearn.dataset import Join, MultiSourceDataset
-from ilargi_sklearn.dataset._interop import (
+from ilargi_sklearn.multisource import Join, MultiSourceDataset
+from ilargi_sklearn.multisource._interop import (
     MalformedRowError,
     MissingColumnsError,
     _count_fields_exactly,
@@ -174,7 +174,7 @@ def test_polars_without_pyarrow_matches_the_arrow_path(monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     with pytest.raises(ImportError):
         import pyarrow  # noqa: F401
-    with caplog.at_level(logging.INFO, logger="ilargi_sklearn.dataset._interop"):
+    with caplog.at_level(logging.INFO, logger="ilargi_sklearn.multisource._interop"):
         without = as_pandas(frame, "base")
     assert "column by column" in caplog.text
     pd.testing.assert_frame_equal(without, with_arrow)
@@ -438,7 +438,7 @@ def test_malformed_rows_are_counted(tmp_path):
 def test_quote_inside_a_field_is_recounted_and_logged(tmp_path, caplog):
     path = tmp_path / "t.csv"
     path.write_text('a,b,c\n1,5" disk,3\n4,y,6\n')
-    with caplog.at_level(logging.INFO, logger="ilargi_sklearn.dataset._interop"):
+    with caplog.at_level(logging.INFO, logger="ilargi_sklearn.multisource._interop"):
         read_table(path, ["a"])
     assert "line 2 has a quote inside a field" in caplog.text
 

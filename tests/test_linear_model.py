@@ -617,7 +617,7 @@ def test_blocked_padded_gather_and_cached_column_index(monkeypatch):
     # Small row blocks, left joins (-1 entries), row slices: the blocked matmul with
     # the once-padded source products and the per-term cached column index equals
     # the materialized product.
-    import ilargi_sklearn.dataset._operators as operators_module
+    import ilargi_sklearn.multisource._operators as operators_module
     from ilargi_sklearn._backend import RowMap
 
     monkeypatch.setattr(operators_module, "_BLOCK_BYTES", 64)

@@ -9,16 +9,16 @@ import pytest
 from sklearn.base import clone
 
 from ilargi_sklearn.cluster import FactorizedKMeans
-from ilargi_sklearn.dataset import FactorizedMatrix
-from ilargi_sklearn.dataset._cache import (
+from ilargi_sklearn.linear_model import (
+    FactorizedLinearRegression,
+    FactorizedLogisticRegression,
+)
+from ilargi_sklearn.multisource import FactorizedMatrix
+from ilargi_sklearn.multisource._cache import (
     _CACHE,
     clear_materialization_cache,
     is_materialization_cached,
     set_materialization_cache,
-)
-from ilargi_sklearn.linear_model import (
-    FactorizedLinearRegression,
-    FactorizedLogisticRegression,
 )
 from ilargi_sklearn.planner import AutoPlan
 from ilargi_sklearn.preprocessing import FactorizedStandardScaler

@@ -101,3 +101,42 @@ def test_the_dataset_hands_out_the_operator_for_a_strategy():
     with pytest.raises(ValueError, match="strategy must be"):
         ds.operator_for("joined")
     clear_materialization_cache()
+
+
+def test_the_old_dataset_path_still_imports_and_old_pickles_load(monkeypatch):
+    import pickle
+    import subprocess
+    import sys
+
+    for name in list(sys.modules):
+        if name == "ilargi_sklearn.dataset" or name.startswith(
+            "ilargi_sklearn.dataset."
+        ):
+            monkeypatch.delitem(sys.modules, name)
+
+    from ilargi_sklearn.multisource import DatasetSchema, MultiSourceDataset
+    from ilargi_sklearn.utils._testing import random_dataset
+
+    with pytest.warns(FutureWarning, match="renamed ilargi_sklearn.multisource"):
+        from ilargi_sklearn.dataset import MultiSourceDataset as Old
+    assert Old is MultiSourceDataset
+    # A pickle written before the rename names the old modules.
+    ds = random_dataset(1)
+    old = pickle.dumps(ds, protocol=0).replace(
+        b"ilargi_sklearn.multisource", b"ilargi_sklearn.dataset"
+    )
+    assert b"ilargi_sklearn.dataset._" in old
+    with pytest.warns(FutureWarning, match="renamed"):
+        back = pickle.loads(old)
+    assert isinstance(back, MultiSourceDataset)
+    np.testing.assert_array_equal(back.materialize(), ds.materialize())
+    assert DatasetSchema.__module__ == "ilargi_sklearn.multisource._schema"
+    # In a fresh process, unpickling alone (no import of ilargi_sklearn first).
+    code = (
+        "import pickle, sys, warnings; warnings.simplefilter('ignore');"
+        "obj = pickle.loads(sys.stdin.buffer.read()); print(type(obj).__module__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], input=old, capture_output=True, check=True
+    )
+    assert out.stdout.decode().strip() == "ilargi_sklearn.multisource._multi_source"

@@ -24,13 +24,13 @@ from sklearn.model_selection import (
 from sklearn.pipeline import make_pipeline
 
 from ilargi_sklearn.cluster import FactorizedKMeans
-from ilargi_sklearn.dataset import FactorizedMatrix
 from ilargi_sklearn.datasets import make_multi_source
 from ilargi_sklearn.decomposition import FactorizedGNMF
 from ilargi_sklearn.linear_model import (
     FactorizedLinearRegression,
     FactorizedLogisticRegression,
 )
+from ilargi_sklearn.multisource import FactorizedMatrix
 from ilargi_sklearn.planner import (
     PLANS,
     AutoPlan,

@@ -13,10 +13,10 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 from ilargi_sklearn._backend import _launcher
 from ilargi_sklearn.cluster import FactorizedKMeans
-from ilargi_sklearn.dataset import _gram_numba
 from ilargi_sklearn.datasets import make_multi_source
 from ilargi_sklearn.linear_model import FactorizedLogisticRegression
 from ilargi_sklearn.linear_model._loss import _loss_and_grad
+from ilargi_sklearn.multisource import _gram_numba
 from ilargi_sklearn.utils._testing import random_dataset
 
 numba = pytest.importorskip("numba")
@@ -347,7 +347,7 @@ import numpy as np
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
 from ilargi_sklearn._backend import _launcher
 from ilargi_sklearn.decomposition import _gnmf_numba
-from ilargi_sklearn.dataset import _gram_numba
+from ilargi_sklearn.multisource import _gram_numba
 print("pending", "segment_rows" in _launcher.kernels_to_compile())
 idx = np.array([0, 2, -1, 2])
 W = np.arange(8.0).reshape(4, 2)
@@ -386,7 +386,7 @@ _FORKED = """
 import os, threading, time
 from ilargi_sklearn._backend import _launcher
 from ilargi_sklearn.decomposition import _gnmf_numba
-from ilargi_sklearn.dataset import _gram_numba
+from ilargi_sklearn.multisource import _gram_numba
 
 def task(t):
     time.sleep(0.02)

@@ -25,7 +25,7 @@ from ilargi_sklearn import (
     Join,
     MultiSourceDataset,
 )
-from ilargi_sklearn.dataset import (
+from ilargi_sklearn.multisource import (
     DatasetSchema,
     JoinMatchWarning,
     UnknownCategoryWarning,

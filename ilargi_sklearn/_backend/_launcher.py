@@ -1,7 +1,7 @@
 """The launcher of the compiled (numba) kernels: lazy numba, threads, fallback.
 
 The kernels themselves live with their family (``cluster/_lloyd_numba.py``,
-``decomposition/_gnmf_numba.py``, ``dataset/_gram_numba.py``,
+``decomposition/_gnmf_numba.py``, ``multisource/_gram_numba.py``,
 ``linear_model/_glm_numba.py``), as plain Python functions over NumPy arrays that
 each family registers here by name (:func:`register`); this module knows no
 algorithm. It jits a kernel on its first use, runs it over chunks of rows on the

@@ -2,7 +2,7 @@
 
 Each function here takes arrays of any namespace and picks, per call, the NumPy/SciPy
 fast path or a path in the array-API standard (with CuPy's own where it has one):
-the operators of :mod:`ilargi_sklearn.dataset` are written once over them. Besides
+the operators of :mod:`ilargi_sklearn.multisource` are written once over them. Besides
 :class:`RowMap` and :func:`segment_sum` below, they create and cast arrays
 (:func:`zeros`, :func:`astype`), read and place parameter-sized blocks at host
 positions (:func:`select_rows`, :func:`add_rows`, :func:`add_block`,

@@ -7,7 +7,7 @@ sparse matrices (``array_api_strict``) raise a ``TypeError`` that asks for
 
 The terms handed in are duck-typed: objects with the attributes ``S`` (source
 values), ``rows`` (a :class:`~ilargi_sklearn._backend.RowMap`) and ``cols`` (host
-target columns), as ``ilargi_sklearn.dataset`` defines them.
+target columns), as ``ilargi_sklearn.multisource`` defines them.
 """
 
 from __future__ import annotations

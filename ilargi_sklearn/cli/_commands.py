@@ -37,7 +37,7 @@ from ilargi_sklearn.cli._cv import (
     summarize_plans,
 )
 from ilargi_sklearn.cli._spec import FitSpec, load_spec
-from ilargi_sklearn.dataset._builder import format_fraction
+from ilargi_sklearn.multisource._builder import format_fraction
 
 
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
@@ -382,7 +382,7 @@ def cmd_predict(args: argparse.Namespace, console: Console) -> int:
     import joblib
     import pandas as pd
 
-    from ilargi_sklearn.dataset import DatasetSchema
+    from ilargi_sklearn.multisource import DatasetSchema
 
     t_start = time.perf_counter()
     model_path = Path(args.model)

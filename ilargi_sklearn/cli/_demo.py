@@ -380,9 +380,9 @@ def run_demo(
     """
     from sklearn.model_selection import KFold, StratifiedKFold
 
-    from ilargi_sklearn.dataset import from_frames
     from ilargi_sklearn.datasets import load_flights
     from ilargi_sklearn.datasets._flights import BASE_FEATURES
+    from ilargi_sklearn.multisource import from_frames
 
     t_start = time.perf_counter()
     report: dict[str, Any] = {"command": "demo", "n_rows": n_rows, "cv_folds": cv}

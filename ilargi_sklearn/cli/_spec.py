@@ -26,7 +26,7 @@ from ilargi_sklearn.cli._checks import (
 )
 from ilargi_sklearn.cli._tables import build_dataset, read_tables
 from ilargi_sklearn.cli._toml import SpecError, find_line, read_toml
-from ilargi_sklearn.dataset._builder import ROW_NUMBER
+from ilargi_sklearn.multisource._builder import ROW_NUMBER
 
 if TYPE_CHECKING:
     from ilargi_sklearn.cli._console import Console

@@ -2,7 +2,7 @@
 
 The data half of :class:`~ilargi_sklearn.cli.FitSpec`, whose ``read_tables`` and
 ``build_from`` call these functions: read only the columns the spec uses, cast
-them as it asks, join with :func:`~ilargi_sklearn.dataset.from_frames` (or a saved
+them as it asks, join with :func:`~ilargi_sklearn.multisource.from_frames` (or a saved
 model's schema), and report every problem as a :class:`SpecError` at the spec key
 that causes it.
 """
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ilargi_sklearn.cli._toml import SpecError
-from ilargi_sklearn.dataset._builder import DEFAULT_MIN_MATCH, ROW_NUMBER
+from ilargi_sklearn.multisource._builder import DEFAULT_MIN_MATCH, ROW_NUMBER
 
 if TYPE_CHECKING:
     from ilargi_sklearn.cli._console import Console
@@ -85,7 +85,7 @@ def _read_table(spec: Any, name: str, columns: list[str]) -> Any:
             "paths are relative to the spec file).",
             *key,
         )
-    from ilargi_sklearn.dataset._interop import (
+    from ilargi_sklearn.multisource._interop import (
         MalformedRowError,
         MissingColumnsError,
         read_table,
@@ -196,7 +196,7 @@ def build_dataset(
     handle_unknown: str = "warn",
 ) -> tuple[Any, Any, dict[str, Any]]:
     """:meth:`FitSpec.build_from`: the dataset, target and figures of ``spec``."""
-    from ilargi_sklearn.dataset import Join, from_frames
+    from ilargi_sklearn.multisource import Join, from_frames
 
     info: dict[str, Any] = {}
     base = frames[spec.base]

@@ -1,7 +1,7 @@
 """K-Means clustering (Lloyd's algorithm) on the operator protocol.
 
 One kernel, :func:`_kmeans_single_lloyd`, runs Lloyd's algorithm over an
-:class:`~ilargi_sklearn.dataset.Operator` in the operator's array namespace: the
+:class:`~ilargi_sklearn.multisource.Operator` in the operator's array namespace: the
 same code for a factorized multi-source dataset and a plain (materialized) matrix,
 on NumPy, CuPy, ``array_api_strict`` and Dask. It mirrors scikit-learn's
 ``_kmeans_single_lloyd`` step by step (empty-cluster relocation, strict and
@@ -71,8 +71,8 @@ from ilargi_sklearn.cluster._lloyd_numba import (
     fused_assign,
     fused_partial_at,
 )
-from ilargi_sklearn.dataset import AffineOperator, FactorizedMatrix, MatrixOperator
-from ilargi_sklearn.dataset._operators import fused_layout
+from ilargi_sklearn.multisource import AffineOperator, FactorizedMatrix, MatrixOperator
+from ilargi_sklearn.multisource._operators import fused_layout
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     Caller,

@@ -32,7 +32,7 @@ import scipy.sparse as sp
 from scipy.io import mmread
 from sklearn.utils import Bunch
 
-from ilargi_sklearn.dataset import MultiSourceDataset
+from ilargi_sklearn.multisource import MultiSourceDataset
 
 __all__ = ["HAMLET_DATASETS", "load_hamlet"]
 

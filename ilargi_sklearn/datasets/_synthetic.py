@@ -14,7 +14,7 @@ import pandas as pd
 import scipy.sparse as sp
 from sklearn.utils import Bunch, check_random_state
 
-from ilargi_sklearn.dataset import Join, MultiSourceDataset
+from ilargi_sklearn.multisource import Join, MultiSourceDataset
 
 __all__ = ["make_multi_source"]
 

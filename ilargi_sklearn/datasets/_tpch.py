@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 from sklearn.utils import Bunch
 
-from ilargi_sklearn.dataset import Join, MultiSourceDataset
+from ilargi_sklearn.multisource import Join, MultiSourceDataset
 
 __all__ = ["load_tpch", "tpch_cache_dir"]
 

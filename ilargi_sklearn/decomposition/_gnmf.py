@@ -1,7 +1,7 @@
 """Gaussian NMF (Frobenius loss, multiplicative updates) on the operator protocol.
 
 One kernel, :func:`_fit_multiplicative_update`, a function of an
-:class:`~ilargi_sklearn.dataset.Operator` and its array namespace ``xp``, runs the
+:class:`~ilargi_sklearn.multisource.Operator` and its array namespace ``xp``, runs the
 fit on NumPy, CuPy, ``array_api_strict`` and Dask operators alike. It follows
 scikit-learn's ``_fit_multiplicative_update`` for ``beta_loss="frobenius"`` step by
 step (update order W then H, ``EPSILON`` replacing zero denominators, the loss
@@ -13,7 +13,7 @@ The W update, the step that reads the data, comes from one helper,
 :func:`_w_update`: the namespace-generic :class:`_ProductNumerator` (one
 ``matmul`` per ``H``, whole-array operations) by default and, on NumPy, an in-place
 pass over row blocks with a compiled element-wise step; on a NumPy factorized
-operator (:func:`~ilargi_sklearn.dataset._operators.fused_layout`) ``T H^T`` is
+operator (:func:`~ilargi_sklearn.multisource._operators.fused_layout`) ``T H^T`` is
 not built at all: :class:`_BlockedNumerator` assembles it block by block from
 per-source tables inside the pass (numba's ``mu_rows`` where it applies), which
 takes one n x k array off the peak memory.
@@ -62,7 +62,6 @@ from ilargi_sklearn._backend._namespace import (
     to_numpy,
 )
 from ilargi_sklearn._backend._plan import DEVICE_OPTIONS, STRATEGIES
-from ilargi_sklearn.dataset._operators import fused_layout
 from ilargi_sklearn.decomposition._gnmf_numba import (
     MU_ROWS_COLUMNS,
     mu_rows,
@@ -70,6 +69,7 @@ from ilargi_sklearn.decomposition._gnmf_numba import (
     mu_update,
     segment_sum_rows,
 )
+from ilargi_sklearn.multisource._operators import fused_layout
 from ilargi_sklearn.utils._validation import (
     Caller,
     DeviceMixin,
@@ -280,7 +280,7 @@ def _block_rows(n_samples, n_components):
 
 
 class _BlockedNumerator:
-    """``T' H^T`` block by block from a :class:`~ilargi_sklearn.dataset.FusedLayout`,
+    """``T' H^T`` block by block from a :class:`~ilargi_sklearn.multisource.FusedLayout`,
     never as one n x k array.
 
     With ``T' = (T - 1 o^T) diag(s)``, ``T = X0 M0^T + sum_g I_g S_g M_g^T`` and
@@ -299,7 +299,7 @@ class _BlockedNumerator:
     Parameters
     ----------
     layout : FusedLayout
-        The operator's layout (:func:`~ilargi_sklearn.dataset._operators.fused_layout`).
+        The operator's layout (:func:`~ilargi_sklearn.multisource._operators.fused_layout`).
     n_components : int
     dtype : dtype
         Dtype of ``W`` and ``H`` (the layout's).
@@ -542,7 +542,7 @@ class _BlockedNumerator:
 
 
 def _csc_indicators(groups, n_rows, dtype):
-    """``I_g^T`` of each :class:`~ilargi_sklearn.dataset.FusedGroup` (source rows x
+    """``I_g^T`` of each :class:`~ilargi_sklearn.multisource.FusedGroup` (source rows x
     n, CSC: one column per target row with a 1 in row ``idx[i]``, none where
     ``idx[i] = -1``).
 

@@ -41,13 +41,13 @@ import scipy.sparse as sp
 
 from ilargi_sklearn._backend._namespace import is_numpy_namespace
 from ilargi_sklearn._backend._ops import segment_sum
-from ilargi_sklearn.dataset._operators import (
+from ilargi_sklearn.distributed._namespace import DaskNamespace
+from ilargi_sklearn.multisource._operators import (
     FactorizedMatrix,
     MatrixOperator,
     Operator,
     Term,
 )
-from ilargi_sklearn.distributed._namespace import DaskNamespace
 
 __all__ = ["DaskFactorizedMatrix", "dask_dataset"]
 
@@ -936,8 +936,11 @@ def dask_dataset(
     >>> ds.gram()[0]
     array([14., 50.,  2.])
     """
-    from ilargi_sklearn.dataset import MultiSourceDataset
-    from ilargi_sklearn.dataset._multi_source import _check_dtype, _check_source_names
+    from ilargi_sklearn.multisource import MultiSourceDataset
+    from ilargi_sklearn.multisource._multi_source import (
+        _check_dtype,
+        _check_source_names,
+    )
 
     dtype = _check_dtype(dtype)
     names = _check_source_names(sources, indicators, source_names)

@@ -2,7 +2,7 @@
 
 The fact table is a ``dask.dataframe.DataFrame`` whose partitions become the row
 chunks; every joined table is a small pandas DataFrame, encoded once on the client
-(the same encoding as :func:`~ilargi_sklearn.dataset.from_frames`) and broadcast.
+(the same encoding as :func:`~ilargi_sklearn.multisource.from_frames`) and broadcast.
 Keys are mapped to row positions once, on the cluster: each partition looks its
 key columns up in the joined table's key index (``pandas.Index.get_indexer``, -1
 for no match), and snowflake joins compose the resulting index vectors chunk by
@@ -18,15 +18,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ilargi_sklearn.dataset._builder import (
+from ilargi_sklearn.distributed._dask import dask_dataset
+from ilargi_sklearn.multisource._builder import (
     Join,
     _as_list,
     _check_columns,
     _check_join,
     _key_frame,
 )
-from ilargi_sklearn.dataset._encoding import derive_encoding, encode_table
-from ilargi_sklearn.distributed._dask import dask_dataset
+from ilargi_sklearn.multisource._encoding import derive_encoding, encode_table
 
 __all__ = ["dask_from_frames"]
 
@@ -106,7 +106,7 @@ def dask_from_frames(
 ) -> Any:
     """A Dask-backed :class:`~ilargi_sklearn.MultiSourceDataset` from DataFrames.
 
-    The Dask counterpart of :func:`~ilargi_sklearn.dataset.from_frames` for a star
+    The Dask counterpart of :func:`~ilargi_sklearn.multisource.from_frames` for a star
     or snowflake schema whose fact table does not fit one machine.
 
     Parameters
@@ -141,7 +141,7 @@ def dask_from_frames(
 
     See Also
     --------
-    ilargi_sklearn.dataset.from_frames : The in-memory builder (all join types).
+    ilargi_sklearn.multisource.from_frames : The in-memory builder (all join types).
     dask_dataset : The same dataset from Dask arrays and index vectors.
 
     Notes
@@ -158,7 +158,7 @@ def dask_from_frames(
     Examples
     --------
     >>> import numpy as np, pandas as pd, dask.dataframe as dd
-    >>> from ilargi_sklearn.dataset import Join
+    >>> from ilargi_sklearn.multisource import Join
     >>> facts = dd.from_pandas(
     ...     pd.DataFrame({"x": [1.0, 2.0, 3.0], "k": [7, 8, 9]}), npartitions=2
     ... )
@@ -174,7 +174,7 @@ def dask_from_frames(
     if not isinstance(base, dd.DataFrame):
         raise TypeError(
             f"base must be a dask.dataframe.DataFrame, got {type(base).__name__}; "
-            "use ilargi_sklearn.dataset.from_frames for pandas tables."
+            "use ilargi_sklearn.multisource.from_frames for pandas tables."
         )
     base_features = _as_list(base_features)
     _check_columns(base, base_features, "features", base_name)

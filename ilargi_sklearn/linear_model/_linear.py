@@ -25,13 +25,13 @@ from ilargi_sklearn._backend._namespace import (
 )
 from ilargi_sklearn._backend._ops import sum_axis0
 from ilargi_sklearn._backend._plan import UnsupportedOnDeviceError
-from ilargi_sklearn.dataset._operators import matmul_into
 from ilargi_sklearn.linear_model._loss import (
     _gradient_descent,
     _lipschitz_constant,
     _loss_and_grad,
     _split_coef,
 )
+from ilargi_sklearn.multisource._operators import matmul_into
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     STRATEGIES,

@@ -1,7 +1,7 @@
 """Loss, gradient and first-order solver kernels of the factorized linear models.
 
 Every function here is a pure function over the operator protocol
-(:class:`~ilargi_sklearn.dataset.Operator`): the data enter only through
+(:class:`~ilargi_sklearn.multisource.Operator`): the data enter only through
 ``op.matmul`` (``T @ W``) and ``op.rmatmul`` (``T.T @ G``), so one kernel serves the
 factorized plan (a normalized matrix over several sources) and the materialized
 plan (a plain matrix) alike, in any array namespace: ``xp`` is the operator's
@@ -47,13 +47,13 @@ from ilargi_sklearn._backend._namespace import (
     to_numpy,
 )
 from ilargi_sklearn._backend._ops import sum_axis0
-from ilargi_sklearn.dataset._operators import (
+from ilargi_sklearn.linear_model._glm_numba import fused_binomial
+from ilargi_sklearn.multisource._operators import (
     AffineOperator,
     FusedLayout,
     MatrixOperator,
     fused_layout,
 )
-from ilargi_sklearn.linear_model._glm_numba import fused_binomial
 
 __all__ = [
     "LOSSES",

@@ -19,8 +19,8 @@ from ilargi_sklearn._backend._plan import (
     DeviceUnavailableError,
     UnsupportedOnDeviceError,
 )
-from ilargi_sklearn.dataset import MultiSourceDataset
-from ilargi_sklearn.dataset._cache import (
+from ilargi_sklearn.multisource import MultiSourceDataset
+from ilargi_sklearn.multisource._cache import (
     clear_materialization_cache,
     is_materialization_cached,
     materialized_dataset,

@@ -397,7 +397,7 @@ def time_workload(
         ``factorized``, ``materialize`` and ``materialized_fit``: lists of seconds;
         ``n_iter``: iterations of the factorized fit.
     """
-    from ilargi_sklearn.dataset import MatrixOperator, MultiSourceDataset
+    from ilargi_sklearn.multisource import MatrixOperator, MultiSourceDataset
 
     times: dict[str, list[float]] = {"factorized": [], "materialize": [], "fit": []}
     n_iter = None

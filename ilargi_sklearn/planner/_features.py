@@ -73,7 +73,7 @@ def split_plan(plan: str) -> tuple[str, str]:
 # ---------------------------------------------------------------------------- data
 def _unwrap(op: Any) -> tuple[Any, bool, bool]:
     """The operator under implicit scaling/centering, and whether there was any."""
-    from ilargi_sklearn.dataset import AffineOperator
+    from ilargi_sklearn.multisource import AffineOperator
 
     scaled = centered = False
     while isinstance(op, AffineOperator):
@@ -104,8 +104,8 @@ def data_features(X: Any) -> dict[str, Any]:
         per-term detail) and the size of the root dataset for the materialization
         cache.
     """
-    from ilargi_sklearn.dataset import FactorizedMatrix, MatrixOperator
-    from ilargi_sklearn.dataset._multi_source import MultiSourceDataset, as_operator
+    from ilargi_sklearn.multisource import FactorizedMatrix, MatrixOperator
+    from ilargi_sklearn.multisource._multi_source import MultiSourceDataset, as_operator
 
     on_gpu = False
     if isinstance(X, MultiSourceDataset) and str(getattr(X, "device", "cpu")) != "cpu":

@@ -14,7 +14,7 @@ from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from ilargi_sklearn._backend._namespace import asarray_on, namespace_dtype, to_numpy
-from ilargi_sklearn.dataset import AffineOperator, MultiSourceDataset
+from ilargi_sklearn.multisource import AffineOperator, MultiSourceDataset
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     Caller,

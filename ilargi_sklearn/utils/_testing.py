@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ilargi_sklearn.dataset import MultiSourceDataset
+from ilargi_sklearn.multisource import MultiSourceDataset
 
 __all__ = ["SCENARIOS", "random_dataset"]
 

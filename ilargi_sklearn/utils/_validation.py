@@ -21,7 +21,7 @@ from ilargi_sklearn._backend._plan import (
     STRATEGIES,
     DeviceUnavailableError,
 )
-from ilargi_sklearn.dataset import MatrixOperator, MultiSourceDataset, Operator
+from ilargi_sklearn.multisource import MatrixOperator, MultiSourceDataset, Operator
 
 __all__ = [
     "DEVICE_OPTIONS",
@@ -290,7 +290,7 @@ def validate_X(
 
 
 def _check_non_negative_operator(op: Operator, name: str) -> None:
-    from ilargi_sklearn.dataset import AffineOperator, FactorizedMatrix
+    from ilargi_sklearn.multisource import AffineOperator, FactorizedMatrix
 
     # A centered dataset (non-zero offset) is treated as possibly negative: its
     # range is not known without column minima, and centering makes some cells < 0.

@@ -11,8 +11,8 @@ import pytest
 from _helpers import assert_close, gpu_marks, tolerance
 
 from ilargi_sklearn._backend._namespace import asarray_on, get_namespace, to_numpy
-from ilargi_sklearn.dataset import AffineOperator
 from ilargi_sklearn.linear_model import FactorizedLinearRegression
+from ilargi_sklearn.multisource import AffineOperator
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
 
 pytestmark = gpu_marks()

@@ -27,7 +27,7 @@ from ilargi_sklearn._backend._ops import (
     is_sparse,
     select_columns,
 )
-from ilargi_sklearn.dataset._operators import FactorizedMatrix, Term
+from ilargi_sklearn.multisource._operators import FactorizedMatrix, Term
 
 __all__ = ["build_factorized", "check_finite", "check_source", "indicator_to_index"]
 

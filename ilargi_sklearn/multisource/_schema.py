@@ -9,13 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from ilargi_sklearn.dataset._builder import (
+from ilargi_sklearn.multisource._builder import (
     DEFAULT_MIN_MATCH,
     Join,
     _join_fields,
     build,
 )
-from ilargi_sklearn.dataset._encoding import Impute, TableEncoding
+from ilargi_sklearn.multisource._encoding import Impute, TableEncoding
 
 __all__ = ["DatasetSchema"]
 
@@ -24,7 +24,7 @@ __all__ = ["DatasetSchema"]
 class DatasetSchema:
     """The encoding of a dataset built from frames: how to build new data alike.
 
-    A dataset built by :func:`~ilargi_sklearn.dataset.from_frames` records its
+    A dataset built by :func:`~ilargi_sklearn.multisource.from_frames` records its
     schema as ``ds.schema_``: the tables and their joins, the feature columns of
     each, the categories of every one-hot column (in column order), the
     imputation values, the coalescing rule and the dtype. Building new frames with
@@ -141,7 +141,7 @@ class DatasetSchema:
             A base column to return in dataset order, as in ``from_frames``.
         handle_unknown : {"warn", "ignore", "error"}, default="warn"
             Categories the training data did not have: all-zero rows with one
-            :class:`~ilargi_sklearn.dataset.UnknownCategoryWarning` ("warn"),
+            :class:`~ilargi_sklearn.multisource.UnknownCategoryWarning` ("warn"),
             silently ("ignore"), or a ``ValueError`` ("error").
         min_match : float, default=0.5
             As in ``from_frames``.

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from ilargi_sklearn._backend._ops import nbytes
-from ilargi_sklearn.dataset._multi_source import MultiSourceDataset
-from ilargi_sklearn.dataset._operators import (
+from ilargi_sklearn.multisource._multi_source import MultiSourceDataset
+from ilargi_sklearn.multisource._operators import (
     AffineOperator,
     FactorizedMatrix,
     MatrixOperator,

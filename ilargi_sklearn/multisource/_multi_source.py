@@ -21,14 +21,14 @@ from ilargi_sklearn._backend._namespace import (
     to_numpy,
 )
 from ilargi_sklearn._backend._plan import DeviceUnavailableError
-from ilargi_sklearn.dataset._operators import (
+from ilargi_sklearn.multisource._operators import (
     AffineOperator,
     FactorizedMatrix,
     MatrixOperator,
     Operator,
     Term,
 )
-from ilargi_sklearn.dataset._terms import (
+from ilargi_sklearn.multisource._terms import (
     build_factorized,
     check_finite,
     check_source,
@@ -313,9 +313,9 @@ class MultiSourceDataset:
     ) -> MultiSourceDataset:
         """Build a dataset from DataFrames and :class:`Join` specifications.
 
-        See :func:`ilargi_sklearn.dataset.from_frames` for the parameters.
+        See :func:`ilargi_sklearn.multisource.from_frames` for the parameters.
         """
-        from ilargi_sklearn.dataset._builder import from_frames
+        from ilargi_sklearn.multisource._builder import from_frames
 
         return from_frames(base, base_features, joins, **kwargs)
 
@@ -435,7 +435,7 @@ class MultiSourceDataset:
         -------
         Operator
         """
-        from ilargi_sklearn.dataset._cache import materialized_operator
+        from ilargi_sklearn.multisource._cache import materialized_operator
 
         if strategy == "factorized":
             return self._op

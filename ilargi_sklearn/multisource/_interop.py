@@ -164,7 +164,7 @@ def as_pandas(
     Examples
     --------
     >>> import pyarrow as pa
-    >>> from ilargi_sklearn.dataset._interop import as_pandas
+    >>> from ilargi_sklearn.multisource._interop import as_pandas
     >>> table = pa.table({"a": [1, 2], "b": ["x", "y"], "c": [0.5, None]})
     >>> df = as_pandas(table, "base", ["c", "a"])
     >>> df.dtypes.astype(str).tolist()
@@ -455,7 +455,7 @@ def read_table(
     Examples
     --------
     >>> import tempfile, pathlib
-    >>> from ilargi_sklearn.dataset._interop import read_table
+    >>> from ilargi_sklearn.multisource._interop import read_table
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "planes.csv"
     >>> _ = path.write_text("tailnum,seats,engine\\nN10156,55,Turbo-fan\\nN102UW,182\\n")
     >>> try:

@@ -1,24 +1,24 @@
 """MultiSourceDataset, its builders and the operator protocol."""
 
-from ilargi_sklearn.dataset._builder import (
+from ilargi_sklearn.multisource._builder import (
     DEFAULT_MIN_MATCH,
     Join,
     JoinMatchWarning,
     from_frames,
 )
-from ilargi_sklearn.dataset._encoding import UnknownCategoryWarning
-from ilargi_sklearn.dataset._multi_source import (
+from ilargi_sklearn.multisource._encoding import UnknownCategoryWarning
+from ilargi_sklearn.multisource._multi_source import (
     DatasetDescription,
     MultiSourceDataset,
     as_operator,
 )
-from ilargi_sklearn.dataset._operators import (
+from ilargi_sklearn.multisource._operators import (
     AffineOperator,
     FactorizedMatrix,
     MatrixOperator,
     Operator,
 )
-from ilargi_sklearn.dataset._schema import DatasetSchema
+from ilargi_sklearn.multisource._schema import DatasetSchema
 
 __all__ = [
     "DEFAULT_MIN_MATCH",

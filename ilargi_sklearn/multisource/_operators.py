@@ -74,7 +74,7 @@ from ilargi_sklearn._backend._ops import (
 )
 from ilargi_sklearn._backend._ops import is_sparse as _any_sparse
 from ilargi_sklearn._backend._sparse import sparse_gram, sparse_join
-from ilargi_sklearn.dataset._gram_numba import fused_cross_tables
+from ilargi_sklearn.multisource._gram_numba import fused_cross_tables
 
 __all__ = [
     "AffineOperator",

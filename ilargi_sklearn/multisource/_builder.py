@@ -22,7 +22,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from ilargi_sklearn.dataset._encoding import (
+from ilargi_sklearn.multisource._encoding import (
     HANDLE_UNKNOWN,
     Impute,
     TableEncoding,
@@ -32,7 +32,7 @@ from ilargi_sklearn.dataset._encoding import (
     encode_table,
     is_categorical,
 )
-from ilargi_sklearn.dataset._keys import (
+from ilargi_sklearn.multisource._keys import (
     key_codes,
     key_hazards,
     key_kind,
@@ -178,7 +178,7 @@ def _as_frame(
     """
     if isinstance(frame, pd.DataFrame):
         return frame
-    from ilargi_sklearn.dataset._interop import as_pandas
+    from ilargi_sklearn.multisource._interop import as_pandas
 
     return as_pandas(frame, what, columns)
 
@@ -679,7 +679,7 @@ def from_frames(
     sorted (as ``OneHotEncoder`` on the joined table): a value only rows outside
     the join have, or an unused level of a pandas Categorical, gets no column.
     """
-    from ilargi_sklearn.dataset._schema import DatasetSchema
+    from ilargi_sklearn.multisource._schema import DatasetSchema
 
     if schema is not None:
         if not isinstance(schema, DatasetSchema):
@@ -705,7 +705,7 @@ def from_frames(
             handle_unknown=handle_unknown,
             min_match=min_match,
         )
-    from ilargi_sklearn.dataset._multi_source import _check_dtype
+    from ilargi_sklearn.multisource._multi_source import _check_dtype
 
     if isinstance(joins, Mapping):
         raise TypeError(
@@ -751,7 +751,7 @@ def build(
     A schema without encodings fits them (a new dataset); one with encodings
     applies them (new data encoded like the training data).
     """
-    from ilargi_sklearn.dataset._multi_source import MultiSourceDataset
+    from ilargi_sklearn.multisource._multi_source import MultiSourceDataset
 
     if handle_unknown not in HANDLE_UNKNOWN:
         raise ValueError(
