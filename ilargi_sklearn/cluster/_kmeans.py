@@ -572,6 +572,11 @@ class _FusedLloyd:
         self.bias = np.full(kp, np.inf, dtype=dtype)
         self.best = np.empty(n, dtype=dtype)
         self.buffers = {}
+        # Two label buffers, taken in turn by the E-steps: the kernel keeps the
+        # previous labels for the stopping rule, and a fresh n-length array per
+        # iteration would pay its page faults every time.
+        self._labels = (np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32))
+        self._turn = 0
 
     def _prepare(self, centers):
         """Tables, blocked centers and biases for ``centers``."""
@@ -604,7 +609,8 @@ class _FusedLloyd:
         C0 = self._prepare(centers)
         nb = self.n_blocks
         C3 = np.ascontiguousarray(C0.reshape(C0.shape[0], nb, 8).transpose(1, 0, 2))
-        labels = np.empty(self.n_rows, np.int32)
+        labels = self._labels[self._turn]
+        self._turn ^= 1
         fused_assign(
             self.X0,
             self.o0,
@@ -873,7 +879,7 @@ def _kmeans_single_lloyd_fused(
     BLAS's threads cost more than they save on the small per-iteration tables.
     """
     with one_blas_thread():
-        return _kmeans_single_lloyd(
+        labels, inertia, centers, n_iter = _kmeans_single_lloyd(
             op,
             sample_weight,
             centers_init,
@@ -883,6 +889,8 @@ def _kmeans_single_lloyd_fused(
             steps=fused,
             unit_weights=unit_weights,
         )
+    # The labels are one of the steps' buffers, which the next run reuses.
+    return labels.copy(), inertia, centers, n_iter
 
 
 def _labels_inertia(
