@@ -670,7 +670,7 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
         self : object
             Fitted estimator.
         """
-        op, (Y, y_ndim), sample_weight, sw_sum, _ = validate_fit_inputs(
+        op, (Y, y_ndim), sample_weight, sw_sum = validate_fit_inputs(
             self,
             X,
             y,

@@ -301,7 +301,7 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
         self : object
             Fitted estimator.
         """
-        op, (classes, y_codes), sample_weight, sw_sum, _ = validate_fit_inputs(
+        op, (classes, y_codes), sample_weight, sw_sum = validate_fit_inputs(
             self,
             X,
             y,

@@ -170,9 +170,7 @@ class FactorizedStandardScaler(
         self : object
             Fitted scaler.
         """
-        op, _, sample_weight, w_sum, _ = validate_fit_inputs(
-            self, X, None, sample_weight
-        )
+        op, _, sample_weight, w_sum = validate_fit_inputs(self, X, None, sample_weight)
         if (
             self.with_mean
             and sp.issparse(getattr(op, "A", None))

@@ -328,7 +328,7 @@ def validate_fit_inputs(
     *,
     target: Any = None,
     strategy: str = "factorized",
-) -> tuple[Operator, Any, Any, float, Caller]:
+) -> tuple[Operator, Any, Any, float]:
     """The fit preamble: validate ``X``, ``y`` and ``sample_weight`` once and place
     them on the estimator's device (its ``device`` parameter).
 
@@ -358,12 +358,9 @@ def validate_fit_inputs(
         float64 weights on ``op``'s device; None for unit weights.
     sw_sum : float
         ``sum(sample_weight)`` (``n_samples`` for unit weights), summed on the host.
-    caller : Caller
-        Where ``X`` came from (made before ``X`` was moved).
     """
     from sklearn.utils.validation import _check_sample_weight
 
-    caller = Caller(X)
     op = validate_X(
         estimator, X, reset=True, strategy=strategy, device=estimator.device
     )
@@ -381,7 +378,7 @@ def validate_fit_inputs(
         )
         sw_sum = float(np.sum(sample_weight))
         sample_weight = asarray_on(sample_weight, op.xp, op.device)
-    return op, y, sample_weight, sw_sum, caller
+    return op, y, sample_weight, sw_sum
 
 
 def sample_weight_on(op: Operator, sample_weight: Any = None) -> Any:
@@ -397,8 +394,8 @@ def sample_weight_on(op: Operator, sample_weight: Any = None) -> Any:
     dtype = np.dtype(op.dtype)
     if sample_weight is None and not is_numpy_namespace(xp):
         return xp.ones(op.n_rows, dtype=namespace_dtype(xp, dtype), device=op.device)
-    if sample_weight is not None and not _is_host(sample_weight):
-        sample_weight = to_numpy(sample_weight)
+    if sample_weight is not None:
+        sample_weight = host_array(sample_weight)
     # A zero-width stand-in for X: only its number of rows and its dtype are read.
     stand_in = np.empty((op.n_rows, 0), dtype=dtype)
     sample_weight = _check_sample_weight(sample_weight, stand_in, dtype=dtype)
