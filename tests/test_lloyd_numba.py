@@ -1,4 +1,4 @@
-"""Compiled (numba) kernels: equal to the NumPy paths, optional, never imported early."""
+"""K-Means' compiled steps (``cluster/_lloyd_numba.py``): equal to NumPy and scikit-learn, with fallback."""
 
 import os
 import subprocess
@@ -9,18 +9,14 @@ import pytest
 import scipy.sparse as sp
 from _helpers import dense, plant_compile_failure, tolerance
 from sklearn.cluster import KMeans
-from threadpoolctl import threadpool_limits
 
 from ilargi_sklearn import MultiSourceDataset
 from ilargi_sklearn._backend import _launcher
 from ilargi_sklearn.cluster import FactorizedKMeans, _kmeans, _lloyd_numba
-from ilargi_sklearn.linear_model._linear import _solve_lsqr
 from ilargi_sklearn.multisource import (
     AffineOperator,
-    FactorizedMatrix,
-    MatrixOperator,
 )
-from ilargi_sklearn.multisource._operators import fused_layout, matmul_into
+from ilargi_sklearn.multisource._operators import fused_layout
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
 
 numba = pytest.importorskip("numba")
@@ -42,35 +38,6 @@ def spy_fused(monkeypatch):
 
     monkeypatch.setattr(_kmeans, "_kmeans_single_lloyd_fused", spy)
     return calls
-
-
-# ------------------------------------------------------------------- availability
-def test_numba_is_not_imported_with_the_package():
-    code = (
-        "import sys, ilargi_sklearn\n"
-        "from ilargi_sklearn.cluster import FactorizedKMeans\n"
-        "from ilargi_sklearn.linear_model import FactorizedLinearRegression\n"
-        "print('numba' in sys.modules)"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    )
-    assert out.stdout.strip() == "False"
-
-
-def test_environment_variable_disables_the_kernels(monkeypatch):
-    monkeypatch.delenv(_launcher.NO_NUMBA_ENV, raising=False)
-    assert _launcher.numba_available()
-    monkeypatch.setenv(_launcher.NO_NUMBA_ENV, "1")
-    assert not _launcher.numba_available()
-    monkeypatch.setenv(_launcher.NO_NUMBA_ENV, "0")
-    assert _launcher.numba_available()
-
-
-def test_threads_follow_the_openmp_limit():
-    with threadpool_limits(limits=1, user_api="openmp"):
-        assert _launcher.n_threads() == 1
-    assert 1 <= _launcher.n_threads() <= numba.get_num_threads()
 
 
 # ------------------------------------------------------------------------ kernels
@@ -229,55 +196,6 @@ def test_two_chunks_equal_one_chunk(monkeypatch):
     np.testing.assert_array_equal(one.labels_, two.labels_)
     np.testing.assert_allclose(one.cluster_centers_, two.cluster_centers_, rtol=1e-10)
     np.testing.assert_allclose(one.inertia_, two.inertia_, rtol=1e-10)
-
-
-# ---------------------------------------------------------------- fused layouts
-def _layout_matrix(layout):
-    """The matrix a layout describes, built densely (test helper)."""
-    n, m = layout.shape
-    T = np.zeros((n, m))
-    if layout.base is not None:
-        T[:, layout.base_cols] += dense(layout.base)
-    for g in layout.groups:
-        Z = np.vstack([dense(g.S), np.zeros((1, g.S.shape[1]))])
-        T[:, g.cols] += Z[np.where(g.idx < 0, g.S.shape[0], g.idx)]
-    if layout.offset is not None:
-        T -= layout.offset
-    if layout.scale is not None:
-        T *= layout.scale
-    return T
-
-
-@pytest.mark.parametrize("scenario", SCENARIOS)
-def test_layout_describes_the_operator(scenario):
-    ds = random_dataset(1, n_rows=80, scenario=scenario)
-    op = ds.operator
-    rng = np.random.default_rng(0)
-    scale = rng.random(op.n_cols) + 0.5
-    offset = rng.standard_normal(op.n_cols)
-    sparse_cols = fused_layout(op).sparse_cols()
-    assert (sparse_cols.size > 0) == (scenario == "sparse")
-    if sparse_cols.size:
-        # Centering a CSR source would densify it: no layout; elsewhere fine.
-        assert fused_layout(AffineOperator(op, offset=offset)) is None
-        offset[sparse_cols] = 0.0
-    nested = AffineOperator(AffineOperator(op, scale=scale), offset=offset)
-    for o in (op, AffineOperator(op, offset=offset), nested):
-        layout = fused_layout(o)
-        assert layout is not None
-        T = _layout_matrix(layout)
-        np.testing.assert_allclose(
-            T, o.materialize("dense"), atol=tolerance(op.dtype, "compiled")
-        )
-
-
-def test_layout_is_none_where_kernels_do_not_apply():
-    sparse = random_dataset(0, scenario="sparse").operator
-    assert fused_layout(sparse) is not None
-    offset = np.zeros(sparse.n_cols)
-    offset[fused_layout(sparse).sparse_cols()[0]] = 1.0
-    assert fused_layout(AffineOperator(sparse, offset=offset)) is None
-    assert fused_layout(MatrixOperator(np.ones((4, 2)))) is None
 
 
 # ---------------------------------------------------------- KMeans: both paths
@@ -486,48 +404,6 @@ def test_kmeans_wide_csr_base_goes_through_a_table(monkeypatch, spy_fused):
     np.testing.assert_allclose(
         ours.cluster_centers_, ref.cluster_centers_, atol=1e-10 * scale
     )
-
-
-# ------------------------------------------------------------ products with out=
-@pytest.mark.parametrize("scenario", ["star", "left", "sparse", "float32"])
-@pytest.mark.parametrize("k", [None, 3])
-def test_matmul_out_is_filled_in_place(scenario, k):
-    ds = random_dataset(6, n_rows=70, scenario=scenario)
-    fm = ds.operator
-    rng = np.random.default_rng(0)
-    shape = fm.n_cols if k is None else (fm.n_cols, k)
-    X = rng.standard_normal(shape).astype(fm.dtype)
-    ops = [fm, fm.materialized(), AffineOperator(fm, offset=rng.random(fm.n_cols))]
-    for op in ops:
-        expected = op.materialize("dense") @ X
-        out = np.full(expected.shape, np.nan, dtype=fm.dtype)
-        got = matmul_into(op, X, out)
-        assert got is out
-        np.testing.assert_allclose(
-            out, expected, atol=tolerance(fm.dtype, "compiled") * 10
-        )
-
-
-def test_matmul_out_with_wrong_shape_raises():
-    fm = random_dataset(0, scenario="star").operator
-    assert isinstance(fm, FactorizedMatrix)
-    with pytest.raises(ValueError, match=r"out must be a C-contiguous ndarray"):
-        fm.matmul(np.ones(fm.n_cols), out=np.empty(fm.n_rows + 1))
-
-
-@pytest.mark.parametrize("scenario", ["left", "float32"])
-def test_lsqr_with_workspaces_matches_the_materialized_fit(scenario):
-    ds = random_dataset(7, n_rows=120, scenario=scenario)
-    op = ds.operator
-    rng = np.random.default_rng(0)
-    Y = rng.standard_normal((op.n_rows, 2))
-    sw = rng.random(op.n_rows) + 0.5
-    for weights in (None, sw):
-        ours = _solve_lsqr(op, Y, weights, True, 1e-12)
-        ref = _solve_lsqr(op.materialized(), Y, weights, True, 1e-12)
-        tol = tolerance(op.dtype, "compiled") * 10
-        np.testing.assert_allclose(ours[0], ref[0], rtol=tol, atol=tol)
-        np.testing.assert_allclose(ours[1], ref[1], rtol=tol, atol=tol)
 
 
 def test_without_numba_the_numpy_path_runs():
