@@ -76,10 +76,6 @@ class Plan:
         """``"<strategy>-<device>"``, the name used in records, the CLI and JSON."""
         return f"{self.strategy}-{self.device}"
 
-    @property
-    def materialized(self) -> bool:
-        return self.strategy == "materialized"
-
     @classmethod
     def parse(cls, name: str) -> Plan:
         """The plan named ``name`` (``"factorized-gpu"``; a bare strategy means the

@@ -23,7 +23,8 @@ ESTIMATORS = {
     "kmeans": ("ilargi_sklearn.cluster", "FactorizedKMeans"),
     "gnmf": ("ilargi_sklearn.decomposition", "FactorizedGNMF"),
 }
-PLANS = ("auto", *STRATEGIES)
+#: The values of a spec's ``plan`` (the planner, or one strategy).
+PLAN_CHOICES = ("auto", *STRATEGIES)
 _TOP_KEYS = {
     "base",
     "dtype",
@@ -239,9 +240,11 @@ def _check_estimator(spec: Any, d: dict[str, Any]) -> None:
     spec._get(est, "params", ("estimator",), (dict,))
     spec._get(est, "scale", ("estimator",), (bool,))
     plan = spec._get(est, "plan", ("estimator",), (str,), "auto")
-    if plan not in PLANS:
+    if plan not in PLAN_CHOICES:
         raise spec.error(
-            f"plan must be one of {list(PLANS)}, got {plan!r}.", "estimator", "plan"
+            f"plan must be one of {list(PLAN_CHOICES)}, got {plan!r}.",
+            "estimator",
+            "plan",
         )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from ilargi_sklearn.cli._checks import PLANS
+from ilargi_sklearn.cli._checks import PLAN_CHOICES
 
 
 def _common_options() -> argparse.ArgumentParser:
@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="folder for SPEC_STEM.joblib and SPEC_STEM.report.json (default .)",
     )
     p.add_argument(
-        "--plan", choices=PLANS, default=None, help="override the spec's plan"
+        "--plan", choices=PLAN_CHOICES, default=None, help="override the spec's plan"
     )
     p.add_argument(
         "--cv",
