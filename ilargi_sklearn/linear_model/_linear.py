@@ -21,7 +21,6 @@ from ilargi_sklearn._backend._namespace import (
     asarray_on,
     is_numpy_namespace,
     namespace_dtype,
-    to_numpy,
 )
 from ilargi_sklearn._backend._ops import sum_axis0
 from ilargi_sklearn._backend._plan import UnsupportedOnDeviceError
@@ -32,6 +31,7 @@ from ilargi_sklearn.linear_model._loss import (
     _split_coef,
 )
 from ilargi_sklearn.multisource._operators import matmul_into
+from ilargi_sklearn.utils._stats import centered_gram, host64
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     STRATEGIES,
@@ -210,7 +210,7 @@ def _solve_normal_equations(op, Y, sample_weight, fit_intercept, cond, max_refin
     rank : int
         Effective rank of the (centered) gram.
     """
-    n_samples, n_features = op.shape
+    n_features = op.n_cols
     dtype = op.dtype
     # ``Y`` and ``sample_weight`` live where ``op`` does; the parameter-sized algebra
     # (gram, Cholesky, refinement steps) runs on the host in float64.
@@ -221,29 +221,13 @@ def _solve_normal_equations(op, Y, sample_weight, fit_intercept, cond, max_refin
         return xp.astype(a, xdt, copy=False)
 
     def colsum(a):
-        return _host64(sum_axis0(a, xp))
-
-    if sample_weight is None:
-        sw_sum = float(n_samples)
-    else:
-        sw_sum = float(xp.sum(sample_weight))
-    G = _host64(op.gram(sample_weight, format="dense"))
-    D = np.diag(G).copy()
+        return host64(sum_axis0(a, xp))
 
     def weighted(R):
         return R if sample_weight is None else R * sample_weight[:, None]
 
-    SY = weighted(Y)
-    rhs = _host64(op.rmatmul(cast(SY)))
-    y_mean = colsum(SY) / sw_sum
-    if fit_intercept:
-        mu = _host64(op.col_sums(sample_weight)) / sw_sum
-        G = G - sw_sum * np.outer(mu, mu)
-        rhs = rhs - np.outer(mu, sw_sum * y_mean)
-    else:
-        mu = np.zeros(n_features)
-        y_mean = np.zeros(Y.shape[1])
-    G = 0.5 * (G + G.T)
+    stats = centered_gram(op, sample_weight, fit_intercept, Y)
+    G, D, mu, rhs, y_mean = stats.G, stats.D, stats.mu, stats.rhs, stats.y_mean
     # Columns that are constant up to rounding (a "year" column, a dimension
     # attribute that never varies) have a centered variance that is pure
     # cancellation noise, which would also leak into every other direction through
@@ -263,7 +247,7 @@ def _solve_normal_equations(op, Y, sample_weight, fit_intercept, cond, max_refin
     # eps * sqrt(D_j) ||sqrt(s) Y|| (Cauchy-Schwarz on T^T S Y), which centering
     # keeps. When the error bound of the first solve is far below the accuracy
     # the estimators promise (1e-8 relative), refining cannot change the result.
-    y_norm = np.sqrt(colsum(SY * Y))
+    y_norm = np.sqrt(stats.y_sq_norm)
     rhs_noise = _GRAM_NOISE * float(np.finfo(dtype).eps) * np.outer(np.sqrt(D), y_norm)
     rhs_scale = np.max(np.abs(rhs[free]), axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -278,7 +262,7 @@ def _solve_normal_equations(op, Y, sample_weight, fit_intercept, cond, max_refin
         b = asarray_on(intercept, xp, op.device)
         R = Y - _predict64(op, coef) - b
         SR = weighted(R)
-        grad = _host64(op.rmatmul(cast(SR)))
+        grad = host64(op.rmatmul(cast(SR)))
         if fit_intercept:
             grad -= np.outer(mu, colsum(SR))
         step = solve(grad)
@@ -291,11 +275,6 @@ def _solve_normal_equations(op, Y, sample_weight, fit_intercept, cond, max_refin
         if size <= tiny * float(np.max(np.abs(coef))):
             break
     return coef.T, y_mean - mu @ coef, rank
-
-
-def _host64(a):
-    """A parameter-sized array of any namespace as float64 NumPy."""
-    return np.asarray(to_numpy(a), dtype=np.float64)
 
 
 def _predict64(op, coef):
