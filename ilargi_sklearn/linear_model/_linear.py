@@ -432,9 +432,7 @@ def _lsqr(
     return x, n_iter
 
 
-def _solve_lsqr(
-    op, Y, sample_weight, fit_intercept, tol, alpha=None, max_iter=None
-):
+def _solve_lsqr(op, Y, sample_weight, fit_intercept, tol, alpha=None, max_iter=None):
     """Weighted least squares (or ridge) by LSQR on ``diag(sqrt(s)) (T - 1 mu^T)``.
 
     The centering stays inside the matrix-vector products (as scikit-learn's sparse
@@ -520,6 +518,25 @@ def _solve_lsqr(
     if fit_intercept:
         intercept -= coef @ mu
     return coef, intercept, n_iter
+
+
+def _linear_decision(estimator, X):
+    """``(T coef_^T + intercept_, xp, caller)`` of a fitted linear model.
+
+    ``coef_`` is (n_features,) or (n_outputs, n_features) and ``intercept_`` a
+    float or (n_outputs,); the values are computed where ``X`` is placed (the
+    estimator's ``device``), ``caller`` hands them back to where ``X`` came from.
+    """
+    check_is_fitted(estimator)
+    caller = Caller(X)
+    op = validate_X(estimator, X, reset=False, device=estimator.device)
+    xp = op.xp
+    # Parameters go to where the data is (they are small).
+    coef = asarray_on(estimator.coef_, xp, op.device)
+    coef = coef if coef.ndim == 1 else xp.matrix_transpose(coef)
+    b = estimator.intercept_
+    b = asarray_on(b, xp, op.device) if hasattr(b, "shape") else b
+    return op.matmul(coef) + b, xp, caller
 
 
 class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
@@ -807,16 +824,8 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
         y_pred : ndarray of shape (n_samples,) or (n_samples, n_targets)
             Predicted values.
         """
-        check_is_fitted(self)
-        caller = Caller(X)
-        op = validate_X(self, X, reset=False, device=self.device)
-        xp = op.xp
-        # Parameters go to where the data is (they are small).
-        coef = asarray_on(self.coef_, xp, op.device)
-        coef = coef if coef.ndim == 1 else xp.matrix_transpose(coef)
-        b = self.intercept_
-        b = asarray_on(b, xp, op.device) if hasattr(b, "shape") else b
-        return caller.give(op.matmul(coef) + b)
+        values, _, caller = _linear_decision(self, X)
+        return caller.give(values)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
