@@ -273,8 +273,8 @@ def _fit_ridge(estimator, op, Y, sample_weight):
     -------
     coef : ndarray of shape (n_targets, n_features), float64
     intercept : ndarray of shape (n_targets,), float64
-    n_iter : ndarray of shape (n_targets,) or None
-        Iterations per target (None for the direct solve).
+    n_iter : ndarray of shape (n_targets,), int32
+        Iterations per target (1 for the direct solve).
     solver : str
         The solver that ran.
     """
@@ -283,12 +283,13 @@ def _fit_ridge(estimator, op, Y, sample_weight):
     alphas = _check_alpha(estimator.alpha, Y.shape[1])
     solver = _resolve_solver(estimator.solver, estimator.positive, op, name)
     args = (op, Y, sample_weight, estimator.fit_intercept)
-    n_iter = None
     if solver == "cholesky":
         # tol has no part in the direct solve (as in scikit-learn): no singular
         # value is cut on purpose, only directions below the gram's rounding noise
         # (none while alpha is above it).
         coef, intercept, _ = _solve_normal_equations(*args, cond=0.0, alpha=alphas)
+        # One direct solve; scikit-learn's None fails its own n_iter_ check.
+        n_iter = np.ones(Y.shape[1], dtype=np.int32)
     elif solver == "lsqr":
         coef, intercept, n_iter = _solve_lsqr(
             *args, estimator.tol, alpha=alphas, max_iter=estimator.max_iter
@@ -408,9 +409,10 @@ class FactorizedRidge(_RidgeFit, DeviceMixin, RegressorMixin, BaseEstimator):
         Coefficients (1-D for one target); dtype of the training data.
     intercept_ : float or ndarray of shape (n_targets,)
         Intercept (a float for a 1-D ``y``; 0.0 when ``fit_intercept=False``).
-    n_iter_ : None or ndarray of shape (n_targets,)
-        Iterations per target of ``"lsqr"``, ``"sparse_cg"`` and ``"lbfgs"``;
-        None for ``"cholesky"``.
+    n_iter_ : ndarray of shape (n_targets,)
+        Iterations per target of ``"lsqr"``, ``"sparse_cg"`` and ``"lbfgs"``; 1
+        for ``"cholesky"`` (scikit-learn: None, and None for ``"sparse_cg"`` and
+        ``"lbfgs"`` too).
     solver_ : str
         The solver that ran.
     n_features_in_ : int
@@ -599,8 +601,8 @@ class FactorizedRidgeClassifier(_RidgeFit, DeviceMixin, ClassifierMixin, BaseEst
         ``classes_[1]``), one row per class otherwise.
     intercept_ : float or ndarray of shape (n_outputs,)
         Intercepts (0.0 when ``fit_intercept=False``).
-    n_iter_ : None or ndarray of shape (n_outputs,)
-        Iterations of the iterative solvers (None for ``"cholesky"``).
+    n_iter_ : ndarray of shape (n_outputs,)
+        Iterations of the iterative solvers (1 for ``"cholesky"``).
     solver_ : str
         The solver that ran.
     n_features_in_ : int
