@@ -584,7 +584,7 @@ class FactorizedRidgeClassifier(_RidgeFit, DeviceMixin, ClassifierMixin, BaseEst
         Most iterations of the iterative solvers (see :class:`FactorizedRidge`).
     tol : float, default=1e-4
         Precision of the iterative solvers (see :class:`FactorizedRidge`).
-    class_weight : dict, list of dict or "balanced", default=None
+    class_weight : dict or "balanced", default=None
         Weights of the classes, multiplied into the sample weights as
         :func:`sklearn.utils.compute_sample_weight` gives them; "balanced" uses
         ``n_samples / (n_classes * np.bincount(y))``.
@@ -655,7 +655,7 @@ class FactorizedRidgeClassifier(_RidgeFit, DeviceMixin, ClassifierMixin, BaseEst
 
     _parameter_constraints: dict = {
         **_RidgeFit._parameter_constraints,
-        "class_weight": [dict, list, StrOptions({"balanced"}), None],
+        "class_weight": [dict, StrOptions({"balanced"}), None],
     }
 
     def __init__(
