@@ -129,6 +129,25 @@ def test_ill_conditioned_columns_with_large_means_match_sklearn():
         assert est.coef_[-1] == 0.0
 
 
+def test_unusual_cases_of_sklearns_cholesky():
+    # More features than samples: scikit-learn solves the dual (kernel) system,
+    # the gram gives the same primal solution. alpha=0 on full-rank data is least
+    # squares.
+    from sklearn.linear_model import LinearRegression
+
+    rng = np.random.default_rng(22)
+    X = rng.standard_normal((30, 60))
+    y = X @ rng.standard_normal(60) + rng.standard_normal(30)
+    sw = rng.uniform(0.5, 2.0, 30)
+    ref = Ridge(alpha=0.7, solver="cholesky").fit(X, y, sample_weight=sw)
+    est = FactorizedRidge(alpha=0.7).fit(X, y, sample_weight=sw)
+    _assert_same_model(est, ref, np.float64)
+    X = rng.standard_normal((200, 5))
+    y = X @ rng.standard_normal(5) + 1.0
+    ref = LinearRegression().fit(X, y)
+    _assert_same_model(FactorizedRidge(alpha=0.0).fit(X, y), ref, np.float64)
+
+
 def test_dense_and_sparse_arrays_give_sklearns_model():
     rng = np.random.default_rng(3)
     X = rng.standard_normal((150, 6))
