@@ -88,12 +88,12 @@ def _regression_target(estimator, y, op):
     return asarray_on(Y, op.xp, op.device), y.ndim
 
 
-def _check_device_support(op):
+def _check_device_support(op, name="FactorizedLinearRegression"):
     """Sparse operators outside NumPy have no solver: LSQR and the sparse gram
-    products are SciPy kernels."""
+    products are SciPy kernels. ``name``: the estimator, for the message."""
     if op.is_sparse and not is_numpy_namespace(op.xp):
         raise UnsupportedOnDeviceError(
-            "on a device, FactorizedLinearRegression supports dense data only (got "
+            f"on a device, {name} supports dense data only (got "
             f"a sparse {type(op).__name__} in {op.xp.__name__}); use device='cpu'."
         )
 
@@ -467,7 +467,41 @@ def _solve_lsqr(op, Y, sample_weight, fit_intercept, tol):
     return coef, intercept, n_iter
 
 
-class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
+class LinearPredictorMixin:
+    """``predict`` of a fitted linear model: ``T coef_^T + intercept_`` through the
+    operator's ``matmul``, on the data's device, returned in the caller's array
+    type. ``coef_`` is (n_features,) or (n_targets, n_features); ``intercept_`` a
+    scalar or (n_targets,)."""
+
+    def predict(self, X):
+        """Predict with the linear model.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, MultiSourceDataset} of shape \
+                (n_samples, n_features)
+            Samples; a dataset is used through its factorized operator.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,) or (n_samples, n_targets)
+            Predicted values.
+        """
+        check_is_fitted(self)
+        caller = Caller(X)
+        op = validate_X(self, X, reset=False, device=self.device)
+        xp = op.xp
+        # Parameters go to where the data is (they are small).
+        coef = asarray_on(self.coef_, xp, op.device)
+        coef = coef if coef.ndim == 1 else xp.matrix_transpose(coef)
+        b = self.intercept_
+        b = asarray_on(b, xp, op.device) if hasattr(b, "shape") else b
+        return caller.give(op.matmul(coef) + b)
+
+
+class FactorizedLinearRegression(
+    LinearPredictorMixin, DeviceMixin, RegressorMixin, BaseEstimator
+):
     """Ordinary least squares on joined data sources, without building the join.
 
     Fits ``y ~ T coef + intercept`` where ``T`` is the joined matrix of a
@@ -736,31 +770,6 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
         if intercept is None:
             intercept = np.zeros(n_targets)
         return coef.copy(), intercept.copy(), n_iter
-
-    def predict(self, X):
-        """Predict with the linear model.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix, MultiSourceDataset} of shape \
-                (n_samples, n_features)
-            Samples; a dataset is used through its factorized operator.
-
-        Returns
-        -------
-        y_pred : ndarray of shape (n_samples,) or (n_samples, n_targets)
-            Predicted values.
-        """
-        check_is_fitted(self)
-        caller = Caller(X)
-        op = validate_X(self, X, reset=False, device=self.device)
-        xp = op.xp
-        # Parameters go to where the data is (they are small).
-        coef = asarray_on(self.coef_, xp, op.device)
-        coef = coef if coef.ndim == 1 else xp.matrix_transpose(coef)
-        b = self.intercept_
-        b = asarray_on(b, xp, op.device) if hasattr(b, "shape") else b
-        return caller.give(op.matmul(coef) + b)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
