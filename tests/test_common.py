@@ -18,6 +18,7 @@ from ilargi_sklearn import (
     FactorizedStandardScaler,
 )
 from ilargi_sklearn._backend._namespace import get_namespace, is_numpy_namespace
+from ilargi_sklearn.linear_model import FactorizedElasticNet, FactorizedLasso
 from ilargi_sklearn.utils._testing import random_dataset
 from ilargi_sklearn.utils.estimator_checks import (
     _assert_outputs_close,
@@ -42,6 +43,8 @@ ESTIMATORS = [
     # NMF(solver="mu") fails check_transformer_general with fewer).
     FactorizedGNMF(n_components=2, max_iter=2000, tol=1e-10, random_state=0),
     FactorizedStandardScaler(),
+    FactorizedElasticNet(),
+    FactorizedLasso(),
     # AutoPlan fits an array as it is (plan "materialized-cpu"), so these run the
     # checks through its delegation. The scaler has no plans (no ``strategy``).
     _auto(FactorizedLinearRegression()),
@@ -119,6 +122,8 @@ CASES = [
         _unsupervised_data,
     ),
     ("gnmf", FactorizedGNMF(n_components=2, max_iter=50, random_state=0), _nonneg_data),
+    ("enet", FactorizedElasticNet(alpha=0.01, l1_ratio=0.5), regression_data),
+    ("lasso", FactorizedLasso(alpha=0.01), regression_data),
 ]
 CASES += [(f"auto-{name}", _auto(est), data) for name, est, data in CASES]
 
