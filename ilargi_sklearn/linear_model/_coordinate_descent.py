@@ -280,7 +280,7 @@ class FactorizedElasticNet(
                 UserWarning,
                 stacklevel=2,
             )
-        if not isinstance(self.precompute, bool):
+        if not isinstance(self.precompute, (bool, np.bool_)):
             warnings.warn(
                 f"{name} ignores a precomputed gram (precompute=array): it "
                 "computes the centered gram from the data, factorized.",
