@@ -237,6 +237,19 @@ def test_constant_columns_get_a_zero_coefficient_like_sklearn():
     assert_close(est.predict(X), ref.predict(X), kind="solver", scale=1.0)
 
 
+def test_target_with_a_large_offset():
+    # The centered right-hand side and ||y - ybar||^2 come from uncentered sums,
+    # which cancel about eps * offset / spread digits: at an offset of 1e5 times
+    # the noise that is far inside the solver tolerance.
+    ds, y = regression_data(seed=27, scenario="left", n_rows=300)
+    y = y + 1e5
+    T = ds.materialize()
+    est = FactorizedLasso(alpha=0.05, **EXACT[ds.dtype]).fit(ds, y)
+    ref = Lasso(alpha=0.05, **EXACT[ds.dtype]).fit(T, y)
+    assert est.n_iter_ == ref.n_iter_
+    _assert_same_model(est, ref, ds, T, ds.dtype)
+
+
 # ------------------------------------------------------ factorized == materialized
 @pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.parametrize("Est, Ref, params", PAIRS, ids=PAIR_IDS)

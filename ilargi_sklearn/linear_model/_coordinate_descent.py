@@ -174,8 +174,9 @@ class FactorizedElasticNet(
     few thousand features.
 
     Columns that are constant up to rounding get a zero coefficient, as in
-    scikit-learn. Implicit centering cancels digits on columns whose mean is far
-    larger than their spread (most in float32): standardize such data first.
+    scikit-learn. Implicit centering cancels digits on columns (and a target)
+    whose mean is far larger than their spread, about ``eps * mean / spread``
+    relative (so most in float32): standardize such data first.
 
     References
     ----------
