@@ -391,6 +391,16 @@ def test_bad_data_raise_like_sklearn():
             est.predict(other)
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_overflowing_gram_raises():
+    # scikit-learn returns zeros here (its updates read NaN as no update).
+    rng = np.random.default_rng(28)
+    X = rng.standard_normal((20, 3)) * 1e160
+    with pytest.raises(ValueError, match="overflowed to non-finite values"):
+        FactorizedElasticNet(alpha=0.1).fit(X, rng.standard_normal(20))
+
+
 def test_number_as_sample_weight_means_equal_weights():
     ds, y = regression_data(seed=22, scenario="star", n_rows=60)
     a = FactorizedLasso(alpha=0.05).fit(ds, y, sample_weight=3.0)

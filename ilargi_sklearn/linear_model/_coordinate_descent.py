@@ -290,7 +290,7 @@ class FactorizedElasticNet(
             )
         if isinstance(sample_weight, numbers.Number):
             sample_weight = None  # equal weights, as scikit-learn reads a number
-        op, (Y, y_ndim), sample_weight, sw_sum = validate_fit_inputs(
+        op, (Y, y_ndim), sample_weight, _ = validate_fit_inputs(
             self,
             X,
             y,
@@ -301,6 +301,15 @@ class FactorizedElasticNet(
         _check_device_support(op, name)
         n_features, n_targets = op.n_cols, Y.shape[1]
         stats = centered_gram(op, sample_weight, self.fit_intercept, Y)
+        if not (np.isfinite(stats.G).all() and np.isfinite(stats.rhs).all()):
+            # Coordinate descent would read NaN as "no update" and return zeros.
+            raise ValueError(
+                f"The gram of X (or X^T y) overflowed to non-finite values "
+                f"(largest finite entry of the dtype: {np.finfo(op.dtype).max:.3g}); "
+                "the data contain values too large for "
+                f"{np.dtype(op.dtype).name}: scale them first (e.g. with "
+                "FactorizedStandardScaler)."
+            )
         G, rhs = _drop_constant_columns(stats.G, stats.rhs, stats.D, op.dtype)
         coef0 = self._start(n_targets, n_features)
         coef = np.zeros((n_targets, n_features))
