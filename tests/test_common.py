@@ -18,7 +18,12 @@ from ilargi_sklearn import (
     FactorizedStandardScaler,
 )
 from ilargi_sklearn._backend._namespace import get_namespace, is_numpy_namespace
-from ilargi_sklearn.linear_model import FactorizedRidge, FactorizedRidgeClassifier
+from ilargi_sklearn.linear_model import (
+    FactorizedElasticNet,
+    FactorizedLasso,
+    FactorizedRidge,
+    FactorizedRidgeClassifier,
+)
 from ilargi_sklearn.utils._testing import random_dataset
 from ilargi_sklearn.utils.estimator_checks import (
     _assert_outputs_close,
@@ -45,6 +50,8 @@ ESTIMATORS = [
     FactorizedStandardScaler(),
     FactorizedRidge(),
     FactorizedRidgeClassifier(),
+    FactorizedElasticNet(),
+    FactorizedLasso(),
     # AutoPlan fits an array as it is (plan "materialized-cpu"), so these run the
     # checks through its delegation. The scaler has no plans (no ``strategy``).
     _auto(FactorizedLinearRegression()),
@@ -124,6 +131,8 @@ CASES = [
     ("gnmf", FactorizedGNMF(n_components=2, max_iter=50, random_state=0), _nonneg_data),
     ("ridge", FactorizedRidge(alpha=0.5), regression_data),
     ("ridge_classifier", FactorizedRidgeClassifier(alpha=0.5), classification_data),
+    ("enet", FactorizedElasticNet(alpha=0.01, l1_ratio=0.5), regression_data),
+    ("lasso", FactorizedLasso(alpha=0.01), regression_data),
 ]
 CASES += [(f"auto-{name}", _auto(est), data) for name, est, data in CASES]
 

@@ -1,5 +1,10 @@
-"""Factorized linear models: least squares, ridge and logistic regression."""
+"""Factorized linear models: least squares, ridge, the elastic net and lasso by
+coordinate descent, and logistic regression."""
 
+from ilargi_sklearn.linear_model._coordinate_descent import (
+    FactorizedElasticNet,
+    FactorizedLasso,
+)
 from ilargi_sklearn.linear_model._linear import FactorizedLinearRegression
 from ilargi_sklearn.linear_model._logistic import FactorizedLogisticRegression
 from ilargi_sklearn.linear_model._ridge import (
@@ -8,6 +13,8 @@ from ilargi_sklearn.linear_model._ridge import (
 )
 
 __all__ = [
+    "FactorizedElasticNet",
+    "FactorizedLasso",
     "FactorizedLinearRegression",
     "FactorizedLogisticRegression",
     "FactorizedRidge",

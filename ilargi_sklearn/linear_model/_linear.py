@@ -539,7 +539,33 @@ def _linear_decision(estimator, X):
     return op.matmul(coef) + b, xp, caller
 
 
-class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
+class LinearPredictorMixin:
+    """``predict`` of a fitted linear model: ``T coef_^T + intercept_`` through the
+    operator's ``matmul``, on the data's device, returned in the caller's array
+    type. ``coef_`` is (n_features,) or (n_targets, n_features); ``intercept_`` a
+    scalar or (n_targets,)."""
+
+    def predict(self, X):
+        """Predict with the linear model.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, MultiSourceDataset} of shape \
+                (n_samples, n_features)
+            Samples; a dataset is used through its factorized operator.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,) or (n_samples, n_targets)
+            Predicted values.
+        """
+        values, _, caller = _linear_decision(self, X)
+        return caller.give(values)
+
+
+class FactorizedLinearRegression(
+    LinearPredictorMixin, DeviceMixin, RegressorMixin, BaseEstimator
+):
     """Ordinary least squares on joined data sources, without building the join.
 
     Fits ``y ~ T coef + intercept`` where ``T`` is the joined matrix of a
@@ -809,23 +835,6 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
         if intercept is None:
             intercept = np.zeros(n_targets)
         return coef.copy(), intercept.copy(), n_iter
-
-    def predict(self, X):
-        """Predict with the linear model.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix, MultiSourceDataset} of shape \
-                (n_samples, n_features)
-            Samples; a dataset is used through its factorized operator.
-
-        Returns
-        -------
-        y_pred : ndarray of shape (n_samples,) or (n_samples, n_targets)
-            Predicted values.
-        """
-        values, _, caller = _linear_decision(self, X)
-        return caller.give(values)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

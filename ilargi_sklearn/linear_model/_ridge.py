@@ -28,6 +28,7 @@ from ilargi_sklearn._backend._ops import sum_axis0
 from ilargi_sklearn._backend._plan import UnsupportedOnDeviceError
 from ilargi_sklearn.linear_model import _linear
 from ilargi_sklearn.linear_model._linear import (
+    LinearPredictorMixin,
     _check_device_support,
     _check_n_rows,
     _linear_decision,
@@ -343,7 +344,9 @@ class _RidgeFit:
         return tags
 
 
-class FactorizedRidge(_RidgeFit, DeviceMixin, RegressorMixin, BaseEstimator):
+class FactorizedRidge(
+    LinearPredictorMixin, _RidgeFit, DeviceMixin, RegressorMixin, BaseEstimator
+):
     """Ridge regression on joined data sources, without building the join.
 
     Minimizes ``||sqrt(s) (y - T w - b)||^2 + alpha ||w||^2`` (the intercept is not
@@ -525,23 +528,6 @@ class FactorizedRidge(_RidgeFit, DeviceMixin, RegressorMixin, BaseEstimator):
         )
         self._fit_targets(op, Y, sample_weight, y_ndim)
         return self
-
-    def predict(self, X):
-        """Predict with the ridge model.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix, MultiSourceDataset} of shape \
-                (n_samples, n_features)
-            Samples; a dataset is used through its factorized operator.
-
-        Returns
-        -------
-        y_pred : ndarray of shape (n_samples,) or (n_samples, n_targets)
-            Predicted values.
-        """
-        values, _, caller = _linear_decision(self, X)
-        return caller.give(values)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
