@@ -18,6 +18,7 @@ from ilargi_sklearn import (
     FactorizedStandardScaler,
 )
 from ilargi_sklearn._backend._namespace import get_namespace, is_numpy_namespace
+from ilargi_sklearn.preprocessing import FactorizedPolynomialFeatures
 from ilargi_sklearn.utils._testing import random_dataset
 from ilargi_sklearn.utils.estimator_checks import (
     _assert_outputs_close,
@@ -42,6 +43,7 @@ ESTIMATORS = [
     # NMF(solver="mu") fails check_transformer_general with fewer).
     FactorizedGNMF(n_components=2, max_iter=2000, tol=1e-10, random_state=0),
     FactorizedStandardScaler(),
+    FactorizedPolynomialFeatures(),
     # AutoPlan fits an array as it is (plan "materialized-cpu"), so these run the
     # checks through its delegation. The scaler has no plans (no ``strategy``).
     _auto(FactorizedLinearRegression()),
@@ -104,8 +106,9 @@ def _unsupervised_data(seed=0):
     return random_dataset(seed, n_rows=90, scenario="left"), None
 
 
-# FactorizedStandardScaler is not among them: its transform returns a dataset,
-# which the checks' output comparison does not take.
+# FactorizedStandardScaler and FactorizedPolynomialFeatures are not among them:
+# their transform returns a dataset, which the checks' output comparison does not
+# take (tests/test_preprocessing.py and tests/test_polynomial.py check it).
 CASES = [
     ("linear", FactorizedLinearRegression(), regression_data),
     (

@@ -32,6 +32,7 @@ from ilargi_sklearn._backend._namespace import (
     get_namespace,
     is_numpy_namespace,
     namespace_dtype,
+    numpy_dtype,
 )
 from ilargi_sklearn._backend._ops import (
     as_array,
@@ -306,7 +307,7 @@ class InteractionOperator(Operator):
         xp = get_namespace(T)
         m, d = int(T.shape[0]), self.base.n_cols
         nb = self._n_bias
-        out = empty((m, self.n_cols), T.dtype, xp=xp, device=self.device)
+        out = empty((m, self.n_cols), numpy_dtype(T.dtype), xp=xp, device=self.device)
         if nb:
             out[:, 0:1] = xp.ones((m, 1), dtype=T.dtype, device=self.device)
         out[:, nb : nb + d] = T
