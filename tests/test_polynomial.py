@@ -90,6 +90,27 @@ def test_after_scaler_match_sklearn(scenario, check_operators):
     check_operators(P, seed=3, powers=False)
 
 
+@pytest.mark.parametrize("scenario", ["left", "sparse", "overlap"])
+def test_blocked_paths(scenario, monkeypatch, check_operators):
+    """Budgets too small for one pass: the quadratic part column by column through
+    ``T E_J``, the gram and materialization over blocks of a few rows."""
+    from ilargi_sklearn.multisource import _interactions
+
+    monkeypatch.setattr(_interactions, "_PRODUCT_BYTES", 1)
+    monkeypatch.setattr(_interactions, "_ROW_BLOCK_BYTES", 1)
+    monkeypatch.setattr(_interactions, "_SPARSE_BLOCK_ROWS", 7)
+    ds = random_dataset(8, n_rows=40, scenario=scenario)
+    P = _poly(
+        FactorizedStandardScaler(with_mean=scenario != "sparse").fit_transform(ds)
+    )
+    assert P.operator._block_rows() < len(P) // 2
+    ref = check_operators(P, seed=4, slices=False, powers=False)
+    T = StandardScaler(with_mean=scenario != "sparse").fit_transform(
+        ds.materialize("dense")
+    )
+    assert_close(ref, _sk(T), bound=_sk(T), kind="compiled")
+
+
 def test_matrix_operator_base():
     X = np.random.default_rng(0).standard_normal((30, 4))
     op = InteractionOperator(MatrixOperator(X))

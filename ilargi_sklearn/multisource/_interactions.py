@@ -59,8 +59,8 @@ from ilargi_sklearn.multisource._operators import (
 
 __all__ = ["InteractionOperator", "n_output_features", "pair_columns"]
 
-#: Bytes of the n-sized intermediates of one product (``T [W_J | E_J]`` and its
-#: row-wise product): the quadratic part runs over as many blocks of columns of
+#: Bytes of the n-sized intermediates of one product (``T [W_J | E_J]``, or
+#: ``T W`` and ``T``): the quadratic part runs over as many blocks of columns of
 #: ``W`` as it takes to stay below this.
 _PRODUCT_BYTES = 1 << 27
 #: Bytes of one block of materialized polynomial rows (gram, squared sums).
@@ -226,10 +226,13 @@ class InteractionOperator(Operator):
     def _quadratic(self, Xq: Any, lin: Any) -> Any:
         """``T lin + rowsum((T W_r) * T)`` per column ``r`` of the pair weights ``Xq``.
 
-        Each block ``J`` of columns is one product of the base with
-        ``[lin (first block only) | W_1[:, J] ... W_k[:, J] | E_J]``: ``T E_J`` are the
-        columns ``J`` of ``T`` (exact: one product with 1 per entry), so no row of
-        the base is read outside its own products.
+        ``T [lin | W_1 ... W_k]`` is one factorized product of the base (``S W`` once
+        per source) when its ``n x (k + 1) d`` intermediates fit in
+        :data:`_PRODUCT_BYTES`; ``T`` is then the base's own materialization
+        (cheaper than gathering it through a product). Otherwise each block ``J`` of
+        columns is one product with ``[W_1[:, J] ... W_k[:, J] | E_J]``: ``T E_J``
+        are the columns ``J`` of ``T`` (exact: one product with 1 per entry), and
+        nothing ``n x d`` is ever held.
         """
         xp = self.xp
         n, d = self.n_rows, self.base.n_cols
@@ -242,23 +245,25 @@ class InteractionOperator(Operator):
             axis=0,
         )
         W = xp.reshape(xp.take(v, self._w_index, axis=0), (d, d, k))
-        eye = xp.eye(d, dtype=xdt, device=dev)
-        width = _PRODUCT_BYTES // max(1, 2 * n * (k + 1) * dtype.itemsize)
+        width = _PRODUCT_BYTES // max(1, n * (k + 1) * dtype.itemsize)
         width = min(max(int(width), 1), d)
+        whole = width == d
+        eye = None if whole else xp.eye(d, dtype=xdt, device=dev)
         res = None
         for lo in range(0, d, width):
             hi = min(lo + width, d)
             w = hi - lo
             WJ = xp.reshape(xp.permute_dims(W[:, lo:hi, :], (0, 2, 1)), (d, k * w))
-            parts = [WJ, eye[:, lo:hi]]
+            parts = [WJ] if whole else [WJ, eye[:, lo:hi]]
             if res is None:
                 parts.insert(0, xp.astype(lin, xdt, copy=False))
             Z = self.base.matmul(xp.concat(parts, axis=1))
             if res is None:
                 res = Z[:, :k]
                 Z = Z[:, k:]
-            Z = xp.reshape(Z, (n, k + 1, w))
-            res = res + xp.sum(Z[:, :k, :] * Z[:, k:, :], axis=2)
+            TJ = to_dense(self.base.materialize("dense")) if whole else Z[:, k * w :]
+            ZW = xp.reshape(Z[:, : k * w], (n, k, w))
+            res = res + xp.vecdot(ZW, TJ[:, None, :], axis=-1)
         return res
 
     def rmatmul(self, Y: Any) -> Any:
