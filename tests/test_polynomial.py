@@ -109,6 +109,11 @@ def test_blocked_paths(scenario, monkeypatch, check_operators):
         ds.materialize("dense")
     )
     assert_close(ref, _sk(T), bound=_sk(T), kind="compiled")
+    # The generic path (any operator): T's columns through products with E_J.
+    generic = InteractionOperator(MatrixOperator(T))
+    W = np.random.default_rng(5).standard_normal((generic.n_cols, 2))
+    ref = _sk(T)
+    assert_close(generic.matmul(W), ref @ W, bound=np.abs(ref) @ np.abs(W))
 
 
 def test_matrix_operator_base():
@@ -206,6 +211,19 @@ def test_namespaces(namespace):
         assert_close(
             got, want, dtype=ds.dtype, kind="device", bound=dense(want), err_msg=what
         )
+    # Over a plain matrix of the namespace (the generic product path).
+    T = ds.materialize("dense")
+    generic = InteractionOperator(MatrixOperator(on(T)))
+    ref = _sk(T)
+    got = generic.matmul(on(W[: ref.shape[1]]))
+    assert get_namespace(got) is get_namespace(on(0.0))
+    assert_close(
+        got,
+        ref @ W[: ref.shape[1]],
+        dtype=ds.dtype,
+        kind="device",
+        bound=np.abs(ref) @ np.abs(W[: ref.shape[1]]),
+    )
     back = opd.to_namespace(np, "cpu")
     assert_close(back.materialize("dense"), op.materialize("dense"), kind="device")
 
@@ -298,6 +316,45 @@ def test_sources_untouched():
     for (S, idx), t in zip(before, ds.operator.terms):
         np.testing.assert_array_equal(dense(t.S), S)
         np.testing.assert_array_equal(np.asarray(t.rows.idx), idx)
+
+
+def test_scores_datasets_built_with_the_training_schema():
+    """A pipeline fitted on a dataset from frames scores new rows encoded with the
+    training schema (a category the new rows lack keeps its column)."""
+    from ilargi_sklearn import Join
+
+    rng = np.random.default_rng(0)
+    stores = pd.DataFrame(
+        {
+            "store": np.arange(12),
+            "size": rng.choice(["S", "M", "L"], 12),
+            "area": rng.gamma(3.0, 100.0, 12),
+        }
+    )
+    sales = pd.DataFrame(
+        {"store": rng.integers(0, 12, 200), "units": rng.integers(1, 9, 200) * 1.0}
+    )
+    joins = [Join(stores, on="store", features=["size", "area"], name="stores")]
+    ds = MultiSourceDataset.from_frames(sales, joins=joins)
+    T = ds.materialize("dense")
+    y = _sk(T) @ rng.standard_normal(_sk(T).shape[1])
+    model = make_pipeline(
+        FactorizedStandardScaler(),
+        FactorizedPolynomialFeatures(include_bias=False),
+        FactorizedLinearRegression(),
+    ).fit(ds, y)
+    ref = make_pipeline(
+        StandardScaler(), PolynomialFeatures(include_bias=False), LinearRegression()
+    ).fit(T, y)
+    new = pd.DataFrame({"store": [0, 5, 7], "units": [1.0, 4.0, 2.0]})
+    new_ds = ds.schema_.build(new, {"stores": stores})
+    assert list(new_ds.feature_names) == list(ds.feature_names)
+    assert_close(
+        model.predict(new_ds),
+        ref.predict(new_ds.materialize("dense")),
+        kind="solver",
+        scale=np.abs(y).max(),
+    )
 
 
 # --------------------------------------------------------------- bad input

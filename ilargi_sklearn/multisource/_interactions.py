@@ -8,10 +8,13 @@ base operator ``T`` (a :class:`~ilargi_sklearn.multisource.FactorizedMatrix`, an
 base's protocol methods only:
 
 * ``P w = w_0 + T w_1 + rowsum((T W) * T)`` with ``W`` the symmetric matrix of the
-  quadratic weights (off-diagonal entries halved). ``T W`` is one factorized product
-  of the base, and the columns of ``T`` it is multiplied with come from the same
-  product (``T E`` for identity columns ``E``), so the row-wise product needs
-  nothing but ``matmul``; it runs over blocks of columns of ``W`` to bound memory.
+  quadratic weights (off-diagonal entries halved). Over any operator, ``T W`` is
+  one product of the base, multiplied row-wise with ``T`` (its materialization, or
+  ``T E`` for identity columns ``E`` over blocks of columns when memory is short).
+  A factorized matrix takes the pairs of its sources instead
+  (:func:`rowwise_quadratic`): within one row map ``rowsum((S_a W_ab) * S_b)`` is
+  source-sized, across two only the narrower side's columns are gathered; an
+  affine layer (a scaler's centering) is moved into ``W`` and two products.
 * ``P^T g = [sum(g), T^T g, triu(T^T diag(g) T)]``: the weighted gram of the base,
   factorized (one per right-hand-side column).
 * The gram of ``P`` holds fourth-order sums: it is computed exactly from blocks of
@@ -45,19 +48,27 @@ from ilargi_sklearn._backend._ops import (
     is_sparse,
     result_dtype,
     row_sums,
+    safe_sparse_dot,
     square,
     to_dense,
     to_format,
     zeros,
 )
 from ilargi_sklearn.multisource._operators import (
+    AffineOperator,
+    FactorizedMatrix,
     Format,
     MatrixOperator,
     Operator,
     _resolve_format,
 )
 
-__all__ = ["InteractionOperator", "n_output_features", "pair_columns"]
+__all__ = [
+    "InteractionOperator",
+    "n_output_features",
+    "pair_columns",
+    "rowwise_quadratic",
+]
 
 #: Bytes of the n-sized intermediates of one product (``T [W_J | E_J]``, or
 #: ``T W`` and ``T``): the quadratic part runs over as many blocks of columns of
@@ -111,11 +122,14 @@ class InteractionOperator(Operator):
 
     Notes
     -----
-    Costs per right-hand-side column: ``matmul`` is ``d + 1`` columns of factorized
-    products of the base plus ``O(n d)`` for the row-wise products; ``rmatmul`` is
-    one weighted gram of the base. ``gram``, ``col_sq_sums`` and ``row_sq_norms``
-    read the materialized rows block by block: ``O(n p^2)`` and ``O(n p)`` for
-    ``p = n_cols``.
+    Costs for ``k`` right-hand-side columns: ``matmul`` is ``T w_1`` plus, over a
+    factorized base, source-sized products ``S_a W_ab`` and ``n min(c_a, c_b) k``
+    gathered entries per pair of sources with different row maps; over another
+    base, one product with ``k d`` columns and its materialization (or ``d`` more
+    product columns, block by block, when the ``n x (k + 1) d`` intermediates
+    exceed :data:`_PRODUCT_BYTES`). ``rmatmul`` is ``k`` weighted grams of the base. ``gram``,
+    ``col_sq_sums`` and ``row_sq_norms`` read the materialized rows block by block:
+    ``O(n p^2)`` and ``O(n p)`` for ``p = n_cols``.
     """
 
     prefers_products = True
@@ -208,11 +222,9 @@ class InteractionOperator(Operator):
         n, d, nb = self.n_rows, self.base.n_cols, self._n_bias
         vec = X.ndim == 1
         X2 = xp.reshape(X, (X.shape[0], 1)) if vec else X
-        lin = X2[nb : nb + d, :]
-        if self.n_pairs == 0:
-            res = self.base.matmul(lin)
-        else:
-            res = self._quadratic(X2[nb + d :, :], lin)
+        res = self.base.matmul(X2[nb : nb + d, :])
+        if self.n_pairs:
+            res = res + rowwise_quadratic(self.base, self._pair_matrix(X2[nb + d :, :]))
         if nb:
             res = res + X2[0:1, :]
         res = astype(res, result_dtype(self.dtype, X), copy=False)
@@ -223,48 +235,19 @@ class InteractionOperator(Operator):
             return out
         return res
 
-    def _quadratic(self, Xq: Any, lin: Any) -> Any:
-        """``T lin + rowsum((T W_r) * T)`` per column ``r`` of the pair weights ``Xq``.
-
-        ``T [lin | W_1 ... W_k]`` is one factorized product of the base (``S W`` once
-        per source) when its ``n x (k + 1) d`` intermediates fit in
-        :data:`_PRODUCT_BYTES`; ``T`` is then the base's own materialization
-        (cheaper than gathering it through a product). Otherwise each block ``J`` of
-        columns is one product with ``[W_1[:, J] ... W_k[:, J] | E_J]``: ``T E_J``
-        are the columns ``J`` of ``T`` (exact: one product with 1 per entry), and
-        nothing ``n x d`` is ever held.
-        """
+    def _pair_matrix(self, Xq: Any) -> Any:
+        """The symmetric ``(d, d, k)`` weights ``W`` of the pair weights ``Xq``."""
         xp = self.xp
-        n, d = self.n_rows, self.base.n_cols
-        k = int(Xq.shape[1])
-        dtype = result_dtype(self.dtype, Xq)
-        xdt = namespace_dtype(xp, dtype)
-        dev = self.device
+        d, k = self.base.n_cols, int(Xq.shape[1])
+        xdt = namespace_dtype(xp, result_dtype(self.dtype, Xq))
         v = xp.concat(
-            [xp.zeros((1, k), dtype=xdt, device=dev), Xq * self._w_factor[:, None]],
+            [
+                xp.zeros((1, k), dtype=xdt, device=self.device),
+                Xq * self._w_factor[:, None],
+            ],
             axis=0,
         )
-        W = xp.reshape(xp.take(v, self._w_index, axis=0), (d, d, k))
-        width = _PRODUCT_BYTES // max(1, n * (k + 1) * dtype.itemsize)
-        width = min(max(int(width), 1), d)
-        whole = width == d
-        eye = None if whole else xp.eye(d, dtype=xdt, device=dev)
-        res = None
-        for lo in range(0, d, width):
-            hi = min(lo + width, d)
-            w = hi - lo
-            WJ = xp.reshape(xp.permute_dims(W[:, lo:hi, :], (0, 2, 1)), (d, k * w))
-            parts = [WJ] if whole else [WJ, eye[:, lo:hi]]
-            if res is None:
-                parts.insert(0, xp.astype(lin, xdt, copy=False))
-            Z = self.base.matmul(xp.concat(parts, axis=1))
-            if res is None:
-                res = Z[:, :k]
-                Z = Z[:, k:]
-            TJ = to_dense(self.base.materialize("dense")) if whole else Z[:, k * w :]
-            ZW = xp.reshape(Z[:, : k * w], (n, k, w))
-            res = res + xp.vecdot(ZW, TJ[:, None, :], axis=-1)
-        return res
+        return xp.reshape(xp.take(v, self._w_index, axis=0), (d, d, k))
 
     def rmatmul(self, Y: Any) -> Any:
         xp = self.xp
@@ -450,3 +433,126 @@ class InteractionOperator(Operator):
 
     def materialized(self) -> MatrixOperator:
         return MatrixOperator(self.materialize())
+
+
+# ------------------------------------------------------ rowsum((T W) * T) per kind
+def rowwise_quadratic(op: Operator, W: Any) -> Any:
+    """``rowsum((T W_r) * T)`` for each ``W_r = W[:, :, r]`` (symmetric), ``(n, k)``.
+
+    The quadratic forms ``t_i^T W_r t_i`` of the rows of ``op``. A factorized matrix
+    takes its per-source-pair path (:func:`_factorized_quadratic`); an affine layer
+    is moved onto its base; any other operator goes through its products
+    (:func:`_generic_quadratic`).
+    """
+    if isinstance(op, AffineOperator):
+        return _affine_quadratic(op, W)
+    if isinstance(op, FactorizedMatrix):
+        return _factorized_quadratic(op, W)
+    return _generic_quadratic(op, W)
+
+
+def _affine_quadratic(op: AffineOperator, W: Any) -> Any:
+    """With ``T' = (T - 1 o^T) D`` and ``W' = D W D`` (symmetric):
+    ``rowsum((T' W) * T') = rowsum((T W') * T) - 2 T (W' o) + o^T W' o``."""
+    s = op.scale
+    Ws = W * s[:, None, None] * s[None, :, None]
+    out = rowwise_quadratic(op.base, Ws)
+    if not op.has_offset:
+        return out
+    o = op.offset
+    Wo = op.xp.sum(Ws * o[None, :, None], axis=1)
+    return out - 2 * op.base.matmul(Wo) + (o @ Wo)[None, :]
+
+
+def _rows_per_block(n: int, width: int, dtype: Any) -> int:
+    """Rows whose ``width`` columns of intermediates fit in :data:`_PRODUCT_BYTES`."""
+    return max(1, min(n, _PRODUCT_BYTES // max(1, width * np.dtype(dtype).itemsize)))
+
+
+def _factorized_quadratic(fm: FactorizedMatrix, W: Any) -> Any:
+    """``rowsum((T W) * T)`` of ``T = sum_t I_t S_t M_t^T``, one pair of terms at a time.
+
+    ``diag(T W T^T) = sum_{t, u} diag(I_t S_t W_tu S_u^T I_u^T)``. For two terms of
+    one row map this is ``I rowsum((S_t W_tu) * S_u)``: source-sized, then one
+    gathered column per right-hand side. For two row maps it is
+    ``rowsum((I_t (S_t W_tu)) * (I_u S_u))``, with ``t`` the wider side: the
+    source-sized ``S_t W_tu`` is computed once and only ``min(c_t, c_u)`` columns
+    per side are gathered, block by block of target rows.
+    """
+    xp = fm.xp
+    dev = fm.device
+    n, k = fm.n_rows, int(W.shape[2])
+    dtype = numpy_dtype(W.dtype)
+    out = zeros((n, k), dtype, xp=xp, device=dev)
+    terms = fm.terms
+    cols = [asarray_on(np.asarray(t.cols, dtype=np.int64), xp, dev) for t in terms]
+    for i, t in enumerate(terms):
+        Wt = xp.take(W, cols[i], axis=0)
+        for j in range(i, len(terms)):
+            u = terms[j]
+            # Pairs (t, u) and (u, t) contribute alike (W is symmetric).
+            factor = 1.0 if i == j else 2.0
+            Wtu = xp.take(Wt, cols[j], axis=1)
+            if t.rows is u.rows:
+                q = _paired_rowsums(t.S, Wtu, u.S)
+                out = out + factor * t.rows.gather(q)
+                continue
+            a, b = (t, u) if t.S.shape[1] >= u.S.shape[1] else (u, t)
+            Wab = Wtu if a is t else xp.permute_dims(Wtu, (1, 0, 2))
+            c = int(b.S.shape[1])
+            A = a.rows.pad(_source_product(a.S, Wab))
+            B = b.rows.pad(b.S)
+            step = _rows_per_block(n, c * (k + 1), dtype)
+            for lo in range(0, n, step):
+                sel = slice(lo, min(lo + step, n))
+                GA = xp.reshape(a.rows.gather(A, sel, padded=True), (-1, c, k))
+                GB = to_dense(b.rows.gather(B, sel, padded=True))
+                part = xp.vecdot(
+                    xp.permute_dims(GA, (0, 2, 1)), GB[:, None, :], axis=-1
+                )
+                out[sel, ...] = out[sel, ...] + factor * part
+    return out
+
+
+def _source_product(S: Any, Wab: Any) -> Any:
+    """``S W_ab`` as a dense ``(r, c_b * k)`` array (columns ``b`` major)."""
+    xp = get_namespace(Wab)
+    c_a, c_b, k = (int(x) for x in Wab.shape)
+    return to_dense(safe_sparse_dot(S, xp.reshape(Wab, (c_a, c_b * k))))
+
+
+def _paired_rowsums(Sa: Any, Wab: Any, Sb: Any) -> Any:
+    """``rowsum((S_a W_ab[:, :, r]) * S_b)`` for each ``r``: ``(r_source, k)``."""
+    xp = get_namespace(Wab)
+    c_b, k = int(Wab.shape[1]), int(Wab.shape[2])
+    A = xp.reshape(_source_product(Sa, Wab), (-1, c_b, k))
+    if is_sparse(Sb):
+        return xp.stack([row_sums(Sb.multiply(A[:, :, r])) for r in range(k)], axis=1)
+    return xp.vecdot(xp.permute_dims(A, (0, 2, 1)), Sb[:, None, :], axis=-1)
+
+
+def _generic_quadratic(op: Operator, W: Any) -> Any:
+    """``rowsum((T W) * T)`` through the products of any operator.
+
+    ``T W`` is one product of the operator when its ``n x (k + 1) d``
+    intermediates fit in :data:`_PRODUCT_BYTES`, with ``T`` its own
+    materialization. Otherwise each block ``J`` of columns is one product with
+    ``[W_1[:, J] ... W_k[:, J] | E_J]``: ``T E_J`` are the columns ``J`` of ``T``
+    (exact: one product with 1 per entry), and nothing ``n x d`` is ever held.
+    """
+    xp = op.xp
+    n, d, k = op.n_rows, int(W.shape[0]), int(W.shape[2])
+    dtype = numpy_dtype(W.dtype)
+    width = max(1, min(d, _PRODUCT_BYTES // max(1, n * (k + 1) * dtype.itemsize)))
+    whole = width == d
+    eye = None if whole else xp.eye(d, dtype=W.dtype, device=op.device)
+    res = None
+    for lo in range(0, d, width):
+        hi = min(lo + width, d)
+        w = hi - lo
+        WJ = xp.reshape(xp.permute_dims(W[:, lo:hi, :], (0, 2, 1)), (d, k * w))
+        Z = op.matmul(WJ if whole else xp.concat([WJ, eye[:, lo:hi]], axis=1))
+        TJ = to_dense(op.materialize("dense")) if whole else Z[:, k * w :]
+        part = xp.vecdot(xp.reshape(Z[:, : k * w], (n, k, w)), TJ[:, None, :], axis=-1)
+        res = part if res is None else res + part
+    return res
