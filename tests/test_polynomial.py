@@ -9,11 +9,14 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 from _helpers import assert_close, dense
+from hypothesis import given
+from hypothesis import strategies as st
 from sklearn.base import clone
 from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import PolynomialFeatures, StandardScaler
+from test_dataset_operators import matrix_schemas
 
 from ilargi_sklearn import MultiSourceDataset
 from ilargi_sklearn._backend._namespace import get_namespace
@@ -64,6 +67,23 @@ def test_operators_match_sklearn(scenario, dtype, check_operators):
     assert_close(P.materialize("dense"), ref, bound=ref, dtype=ds.dtype)
     # Every product and reduction of the implicit dataset against its materialization.
     check_operators(P, seed=1, powers=False)
+
+
+@given(schema=matrix_schemas(), interaction_only=st.booleans())
+def test_any_schema_matches_sklearn(schema, interaction_only, check_operators):
+    """Generated schemas: index vectors of both widths and sparse indicators, COO and
+    one-hot sources, shared and unused columns, priorities."""
+    ds = MultiSourceDataset.from_matrices(
+        schema["sources"],
+        schema["indicators"],
+        schema["mappings"],
+        priority=schema["priority"],
+        dtype=schema["dtype"],
+    )
+    P = _poly(ds, interaction_only=interaction_only)
+    ref = _sk(ds.materialize(), interaction_only=interaction_only)
+    assert_close(P.materialize("dense"), ref, bound=ref, dtype=ds.dtype)
+    check_operators(P, schema["seed"], slices=False, powers=False)
 
 
 @pytest.mark.parametrize("kw", VARIANTS, ids=lambda kw: str(kw) or "default")

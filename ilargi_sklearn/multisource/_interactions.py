@@ -5,7 +5,8 @@
 base operator ``T`` (a :class:`~ilargi_sklearn.multisource.FactorizedMatrix`, an
 :class:`~ilargi_sklearn.multisource.AffineOperator` after a scaler, a
 :class:`~ilargi_sklearn.multisource.MatrixOperator`). It is written once, over the
-base's protocol methods only:
+base's protocol methods, with one faster path for the row-wise quadratic forms of a
+factorized matrix:
 
 * ``P w = w_0 + T w_1 + rowsum((T W) * T)`` with ``W`` the symmetric matrix of the
   quadratic weights (off-diagonal entries halved). Over any operator, ``T W`` is
