@@ -121,8 +121,23 @@ class InteractionOperator(Operator):
     include_bias : bool, default=True
         Start with a column of ones.
 
+    Attributes
+    ----------
+    prefers_products : bool
+        True: the gram is the slow path, iterate on ``matmul`` and ``rmatmul``.
+
+    See Also
+    --------
+    ilargi_sklearn.preprocessing.FactorizedPolynomialFeatures : The transformer whose
+        datasets carry this operator.
+    sklearn.preprocessing.PolynomialFeatures : The same columns, materialized.
+
     Notes
     -----
+    ``P w = w_0 + T w_1 + rowsum((T W) * T)`` and
+    ``P^T g = [1^T g, T^T g, triu(T^T diag(g) T)]``, with ``W`` the symmetric matrix
+    of the pair weights (off-diagonal entries halved).
+
     Costs for ``k`` right-hand-side columns: ``matmul`` is ``T w_1`` plus, over a
     factorized base, source-sized products ``S_a W_ab`` and ``n min(c_a, c_b) k``
     gathered entries per pair of sources with different row maps; over another
@@ -131,6 +146,25 @@ class InteractionOperator(Operator):
     exceed :data:`_PRODUCT_BYTES`). ``rmatmul`` is ``k`` weighted grams of the base. ``gram``,
     ``col_sq_sums`` and ``row_sq_norms`` read the materialized rows block by block:
     ``O(n p^2)`` and ``O(n p)`` for ``p = n_cols``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.preprocessing import PolynomialFeatures
+    >>> from ilargi_sklearn import MultiSourceDataset
+    >>> from ilargi_sklearn.multisource import InteractionOperator
+    >>> ds = MultiSourceDataset.from_matrices(
+    ...     [np.array([[1.0], [2.0], [3.0]]), np.array([[10.0], [20.0]])],
+    ...     [None, np.array([0, 1, -1])])
+    >>> op = InteractionOperator(ds.operator)
+    >>> op.shape
+    (3, 6)
+    >>> w = np.arange(6.0)
+    >>> op.matmul(w)
+    array([ 564., 2214.,   30.])
+    >>> P = PolynomialFeatures(2).fit_transform(ds.materialize())
+    >>> bool(np.allclose(op.matmul(w), P @ w))
+    True
     """
 
     prefers_products = True
