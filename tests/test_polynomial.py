@@ -244,6 +244,15 @@ def test_namespaces(namespace):
         kind="device",
         bound=np.abs(ref) @ np.abs(W[: ref.shape[1]]),
     )
+    # A transformed dataset moves as a whole (its operator moves its base).
+    moved = P.to_device(device, namespace=ns)
+    assert isinstance(moved.operator, InteractionOperator)
+    assert_close(
+        moved.materialize("dense"),
+        op.materialize("dense"),
+        dtype=ds.dtype,
+        kind="device",
+    )
     back = opd.to_namespace(np, "cpu")
     assert_close(back.materialize("dense"), op.materialize("dense"), kind="device")
 
@@ -336,6 +345,28 @@ def test_sources_untouched():
     for (S, idx), t in zip(before, ds.operator.terms):
         np.testing.assert_array_equal(dense(t.S), S)
         np.testing.assert_array_equal(np.asarray(t.rows.idx), idx)
+
+
+def test_scaling_after_the_expansion_matches_sklearn():
+    """PolynomialFeatures, then StandardScaler (the usual order in scikit-learn):
+    the scaler's statistics come from the polynomial operator's column sums."""
+    ds, y = _regression(3, scenario="snowflake", n_rows=300)
+    labels = (y > np.median(y)).astype(int)
+    exact = dict(C=0.5, tol=1e-10, max_iter=10_000)
+    ours = make_pipeline(
+        FactorizedPolynomialFeatures(include_bias=False),
+        FactorizedStandardScaler(),
+        FactorizedLogisticRegression(**exact),
+    ).fit(ds, labels)
+    T = ds.materialize("dense")
+    ref = make_pipeline(
+        PolynomialFeatures(include_bias=False),
+        StandardScaler(),
+        LogisticRegression(**exact),
+    ).fit(T, labels)
+    assert_close(ours[1].mean_, ref[1].mean_, kind="compiled", scale=1.0)
+    assert_close(ours[1].scale_, ref[1].scale_, kind="compiled", scale=1.0)
+    assert_close(ours.predict_proba(ds), ref.predict_proba(T), kind="solver", scale=1.0)
 
 
 def test_scores_datasets_built_with_the_training_schema():
