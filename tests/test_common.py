@@ -24,6 +24,7 @@ from ilargi_sklearn.linear_model import (
     FactorizedRidge,
     FactorizedRidgeClassifier,
 )
+from ilargi_sklearn.preprocessing import FactorizedPolynomialFeatures
 from ilargi_sklearn.utils._testing import random_dataset
 from ilargi_sklearn.utils.estimator_checks import (
     _assert_outputs_close,
@@ -52,6 +53,7 @@ ESTIMATORS = [
     FactorizedRidgeClassifier(),
     FactorizedElasticNet(),
     FactorizedLasso(),
+    FactorizedPolynomialFeatures(),
     # AutoPlan fits an array as it is (plan "materialized-cpu"), so these run the
     # checks through its delegation. The scaler has no plans (no ``strategy``).
     _auto(FactorizedLinearRegression()),
@@ -114,8 +116,9 @@ def _unsupervised_data(seed=0):
     return random_dataset(seed, n_rows=90, scenario="left"), None
 
 
-# FactorizedStandardScaler is not among them: its transform returns a dataset,
-# which the checks' output comparison does not take.
+# FactorizedStandardScaler and FactorizedPolynomialFeatures are not among them:
+# their transform returns a dataset, which the checks' output comparison does not
+# take (tests/test_preprocessing.py and tests/test_polynomial.py check it).
 CASES = [
     ("linear", FactorizedLinearRegression(), regression_data),
     (

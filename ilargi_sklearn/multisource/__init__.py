@@ -7,6 +7,7 @@ from ilargi_sklearn.multisource._builder import (
     from_frames,
 )
 from ilargi_sklearn.multisource._encoding import UnknownCategoryWarning
+from ilargi_sklearn.multisource._interactions import InteractionOperator
 from ilargi_sklearn.multisource._multi_source import (
     DatasetDescription,
     MultiSourceDataset,
@@ -26,6 +27,7 @@ __all__ = [
     "DatasetDescription",
     "DatasetSchema",
     "FactorizedMatrix",
+    "InteractionOperator",
     "Join",
     "JoinMatchWarning",
     "MatrixOperator",

@@ -516,15 +516,19 @@ class MultiSourceDataset:
             return root
         return root[self._root_rows]
 
-    def _like(self, op: Operator, *, root: bool = False) -> MultiSourceDataset:
+    def _like(
+        self, op: Operator, *, root: bool = False, feature_names: Any = None
+    ) -> MultiSourceDataset:
         """A dataset of the same schema on operator ``op``.
 
         ``op`` has this dataset's rows (its origin is this dataset's base rows), or
-        with ``root`` its root's rows (its origin is the root's).
+        with ``root`` its root's rows (its origin is the root's). ``feature_names``
+        names the columns of an ``op`` of another width (a transformer's output,
+        such as degree-2 interactions); default: this dataset's names.
         """
         out = MultiSourceDataset(
             op,
-            self._feature_names,
+            self._feature_names if feature_names is None else feature_names,
             self._source_names,
             base_source=self._base_source,
             categories=self.categories_,

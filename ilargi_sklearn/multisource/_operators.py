@@ -177,10 +177,17 @@ class Operator(ABC):
     Subclasses implement the products and reductions below; all of them accept and
     return arrays of the operator's namespace (sparse results only where
     ``format`` asks for them).
+
+    Attributes
+    ----------
+    prefers_products : bool
+        True when the gram is much costlier than matmul/rmatmul: solvers should
+        iterate on products (LSQR, L-BFGS) rather than form the normal equations.
     """
 
     shape: tuple[int, int]
     dtype: np.dtype
+    prefers_products: bool = False
 
     @abstractmethod
     def matmul(self, X: np.ndarray) -> np.ndarray:
