@@ -20,7 +20,11 @@ import ilargi_sklearn.linear_model._linear as linear_module
 from ilargi_sklearn import MultiSourceDataset
 from ilargi_sklearn._backend._namespace import get_namespace
 from ilargi_sklearn._backend._plan import UnsupportedOnDeviceError
-from ilargi_sklearn.linear_model import FactorizedRidge, FactorizedRidgeClassifier
+from ilargi_sklearn.linear_model import (
+    FactorizedRidge,
+    FactorizedRidgeClassifier,
+    _linear,
+)
 from ilargi_sklearn.linear_model._ridge import _fit_ridge
 from ilargi_sklearn.multisource import MatrixOperator
 from ilargi_sklearn.preprocessing import FactorizedStandardScaler
@@ -261,7 +265,9 @@ class _ProductsOnly(MatrixOperator):
 
 
 @pytest.mark.parametrize("positive", [False, True])
-def test_operators_that_prefer_products_never_form_the_gram(positive):
+def test_operators_that_prefer_products_never_form_the_gram(positive, monkeypatch):
+    # Wider than the dense-gram threshold (lowered to the test's width).
+    monkeypatch.setattr(_linear, "_MAX_DENSE_GRAM_FEATURES", 4)
     rng = np.random.default_rng(9)
     X = rng.standard_normal((200, 8))
     y = X @ rng.uniform(0, 2, 8) + 1.0 + 0.1 * rng.standard_normal(200)

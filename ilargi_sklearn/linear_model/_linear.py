@@ -59,6 +59,17 @@ logger = logging.getLogger(__name__)
 _MAX_DENSE_GRAM_FEATURES = 1000
 
 
+def gram_out_of_reach(op):
+    """Whether the solvers should iterate on products instead of forming a dense
+    (n_features, n_features) gram: above ``_MAX_DENSE_GRAM_FEATURES`` features on
+    sparse data, and on operators that say their gram is costly
+    (``prefers_products``: implicit feature expansions, whose gram is quartic in
+    the base features and costs as much as on the materialized expansion; below
+    the threshold it is still formed, which keeps small problems exact)."""
+    wide = op.n_cols > _MAX_DENSE_GRAM_FEATURES
+    return bool(wide and (op.is_sparse or getattr(op, "prefers_products", False)))
+
+
 def _check_n_rows(op, y, name="y"):
     n_rows, n_y = op.n_rows, y.shape[0]
     if n_rows != n_y:
@@ -773,11 +784,11 @@ class FactorizedLinearRegression(
         _check_device_support(op)
         if self.solver == "gd":
             coef, intercept, n_iter = self._fit_gd(op, Y, sample_weight, sw_sum)
-        elif op.is_sparse and n_features > _MAX_DENSE_GRAM_FEATURES:
+        elif gram_out_of_reach(op):
             logger.info(
-                "%d features on sparse data: LSQR on the operator instead of a dense "
-                "gram.",
+                "%d features (%s): LSQR on the operator instead of a dense gram.",
                 n_features,
+                "sparse" if op.is_sparse else "products preferred",
             )
             coef, intercept, n_iters = _solve_lsqr(
                 op, Y, sample_weight, self.fit_intercept, self.tol

@@ -76,16 +76,6 @@ def _check_alpha(alpha, n_targets):
     return np.broadcast_to(a, (n_targets,)).copy()
 
 
-def _gram_out_of_reach(op):
-    """Whether a dense (n_features, n_features) gram should not be formed: wide
-    sparse data (see ``_MAX_DENSE_GRAM_FEATURES``) and operators that say so
-    (implicit feature expansions, whose gram is of the expanded width)."""
-    if getattr(op, "prefers_products", False):
-        return True
-    # Read from _linear at call time: one threshold for least squares and ridge.
-    return bool(op.is_sparse and op.n_cols > _linear._MAX_DENSE_GRAM_FEATURES)
-
-
 def _resolve_solver(solver, positive, op, name):
     """The solver that runs: scikit-learn's checks of ``solver`` against
     ``positive``, then the choice of ``"auto"``."""
@@ -103,7 +93,7 @@ def _resolve_solver(solver, positive, op, name):
     if solver == "auto":
         if positive:
             solver = "lbfgs"
-        elif _gram_out_of_reach(op):
+        elif _linear.gram_out_of_reach(op):
             # LSQR's loop is NumPy code over n-length vectors; CG keeps only
             # parameter-sized vectors and so runs wherever the operator does.
             solver = "lsqr" if on_host else "sparse_cg"
@@ -227,7 +217,7 @@ def _solve_positive(op, Y, sample_weight, fit_intercept, alphas, tol, max_iter):
 
     Returns ``(coef (n_targets, n_features), intercept (n_targets,), n_iter)``.
     """
-    use_gram = not _gram_out_of_reach(op)
+    use_gram = not _linear.gram_out_of_reach(op)
     stats = centered_gram(op, sample_weight, fit_intercept, Y, gram=use_gram)
     if use_gram:
         G = stats.G
@@ -384,8 +374,9 @@ class FactorizedRidge(
           each iteration one ``T v`` and one ``T^T u`` (all targets at once).
         * ``"lbfgs"``: L-BFGS-B with ``coef >= 0``, only with ``positive=True``.
         * ``"auto"``: ``"lbfgs"`` when ``positive``; ``"lsqr"`` (``"sparse_cg"``
-          on a device) for sparse data with more than 1000 features or operators
-          whose gram is too costly to form (``prefers_products``); otherwise
+          on a device) above 1000 features on sparse data or on operators
+          whose gram is costly to form (``prefers_products``: implicit
+          polynomial features); otherwise
           ``"cholesky"``. The choice is logged at INFO and kept in ``solver_``.
           Unlike scikit-learn (``"sparse_cg"`` for every sparse input), sparse
           data of moderate width get the exact solve.
