@@ -3,9 +3,10 @@ and sparse matrices, and the project's own checks on MultiSourceDataset input
 (:mod:`ilargi_sklearn.utils.estimator_checks`)."""
 
 import pickle
+from functools import partial
 
 import pytest
-from _helpers import assert_close, classification_data, regression_data
+from _helpers import assert_close, classification_data, glm_data, regression_data
 from sklearn.base import clone
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
@@ -18,6 +19,11 @@ from ilargi_sklearn import (
     FactorizedStandardScaler,
 )
 from ilargi_sklearn._backend._namespace import get_namespace, is_numpy_namespace
+from ilargi_sklearn.linear_model import (
+    FactorizedGammaRegressor,
+    FactorizedPoissonRegressor,
+    FactorizedTweedieRegressor,
+)
 from ilargi_sklearn.utils._testing import random_dataset
 from ilargi_sklearn.utils.estimator_checks import (
     _assert_outputs_close,
@@ -42,6 +48,9 @@ ESTIMATORS = [
     # NMF(solver="mu") fails check_transformer_general with fewer).
     FactorizedGNMF(n_components=2, max_iter=2000, tol=1e-10, random_state=0),
     FactorizedStandardScaler(),
+    FactorizedPoissonRegressor(),
+    FactorizedGammaRegressor(),
+    FactorizedTweedieRegressor(power=1.5),
     # AutoPlan fits an array as it is (plan "materialized-cpu"), so these run the
     # checks through its delegation. The scaler has no plans (no ``strategy``).
     _auto(FactorizedLinearRegression()),
@@ -119,6 +128,13 @@ CASES = [
         _unsupervised_data,
     ),
     ("gnmf", FactorizedGNMF(n_components=2, max_iter=50, random_state=0), _nonneg_data),
+    ("poisson", FactorizedPoissonRegressor(alpha=0.01, tol=1e-8), glm_data),
+    (
+        "gamma",
+        FactorizedGammaRegressor(alpha=0.01, tol=1e-8),
+        partial(glm_data, family="gamma"),
+    ),
+    ("tweedie", FactorizedTweedieRegressor(power=1.5, alpha=0.01, tol=1e-8), glm_data),
 ]
 CASES += [(f"auto-{name}", _auto(est), data) for name, est, data in CASES]
 

@@ -255,20 +255,32 @@ class HalfTweedie:
 
     def pointwise(self, xp, raw, y):
         """Pointwise losses and their derivatives, both of shape (n_samples,)."""
-        p = float(self.power)
-        if self.link == "log":
-            if p == 0:
-                mean = xp.exp(raw)
-                return 0.5 * (mean - y) ** 2, mean * (mean - y)
-            if p == 1:
-                mean = xp.exp(raw)
-                return mean - y * raw, mean - y
-            if p == 2:
-                inv = xp.exp(-raw)
-                return raw + y * inv, 1.0 - y * inv
-            e1 = xp.exp((1.0 - p) * raw)
-            e2 = xp.exp((2.0 - p) * raw)
-            return e2 / (2.0 - p) - y * e1 / (1.0 - p), e2 - y * e1
+        # Trial steps of L-BFGS' line search may leave the mean's domain (r <= 0
+        # for the identity link) or overflow exp: they get NaN or inf and are
+        # rejected, as in scikit-learn (whose compiled losses do not warn), without
+        # NumPy's warnings on the way.
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            if self.link == "log":
+                return self._log_pointwise(xp, raw, y, float(self.power))
+            return self._identity_pointwise(xp, raw, y, float(self.power))
+
+    @staticmethod
+    def _log_pointwise(xp, raw, y, p):
+        if p == 0:
+            mean = xp.exp(raw)
+            return 0.5 * (mean - y) ** 2, mean * (mean - y)
+        if p == 1:
+            mean = xp.exp(raw)
+            return mean - y * raw, mean - y
+        if p == 2:
+            inv = xp.exp(-raw)
+            return raw + y * inv, 1.0 - y * inv
+        e1 = xp.exp((1.0 - p) * raw)
+        e2 = xp.exp((2.0 - p) * raw)
+        return e2 / (2.0 - p) - y * e1 / (1.0 - p), e2 - y * e1
+
+    @staticmethod
+    def _identity_pointwise(xp, raw, y, p):
         if p == 0:
             residual = raw - y
             return 0.5 * residual * residual, residual
