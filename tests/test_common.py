@@ -20,8 +20,12 @@ from ilargi_sklearn import (
 )
 from ilargi_sklearn._backend._namespace import get_namespace, is_numpy_namespace
 from ilargi_sklearn.linear_model import (
+    FactorizedElasticNet,
     FactorizedGammaRegressor,
+    FactorizedLasso,
     FactorizedPoissonRegressor,
+    FactorizedRidge,
+    FactorizedRidgeClassifier,
     FactorizedTweedieRegressor,
 )
 from ilargi_sklearn.utils._testing import random_dataset
@@ -48,6 +52,10 @@ ESTIMATORS = [
     # NMF(solver="mu") fails check_transformer_general with fewer).
     FactorizedGNMF(n_components=2, max_iter=2000, tol=1e-10, random_state=0),
     FactorizedStandardScaler(),
+    FactorizedRidge(),
+    FactorizedRidgeClassifier(),
+    FactorizedElasticNet(),
+    FactorizedLasso(),
     FactorizedPoissonRegressor(),
     FactorizedGammaRegressor(),
     FactorizedTweedieRegressor(power=1.5),
@@ -128,6 +136,10 @@ CASES = [
         _unsupervised_data,
     ),
     ("gnmf", FactorizedGNMF(n_components=2, max_iter=50, random_state=0), _nonneg_data),
+    ("ridge", FactorizedRidge(alpha=0.5), regression_data),
+    ("ridge_classifier", FactorizedRidgeClassifier(alpha=0.5), classification_data),
+    ("enet", FactorizedElasticNet(alpha=0.01, l1_ratio=0.5), regression_data),
+    ("lasso", FactorizedLasso(alpha=0.01), regression_data),
     ("poisson", FactorizedPoissonRegressor(alpha=0.01, tol=1e-8), glm_data),
     (
         "gamma",

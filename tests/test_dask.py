@@ -347,6 +347,25 @@ def test_from_matrices_with_a_dask_source_builds_the_dask_dataset(dask_client):
         )
 
 
+def test_elastic_net_on_the_gram(pair):
+    # One factorized gram and one transposed product on the Dask operator, then
+    # coordinate descent on the host: the in-memory dataset's model.
+    from ilargi_sklearn.linear_model import FactorizedElasticNet
+
+    mem, dds = pair
+    rng = np.random.default_rng(8)
+    y = (mem @ rng.standard_normal(9)) + 0.1 * rng.standard_normal(N_ROWS) + 2.0
+    sw = rng.uniform(0.5, 2.0, N_ROWS)
+    ref = FactorizedElasticNet(alpha=0.05).fit(mem, y, sample_weight=sw)
+    got = FactorizedElasticNet(alpha=0.05).fit(
+        dds, da.from_array(y, chunks=CHUNK), sample_weight=sw
+    )
+    assert isinstance(got.coef_, np.ndarray) and got.n_iter_ == ref.n_iter_
+    _close(got.coef_, ref.coef_)
+    _close(float(got.intercept_), ref.intercept_)
+    _close(got.predict(dds).compute(), ref.predict(mem))
+
+
 @pytest.mark.parametrize(
     "name", ["FactorizedPoissonRegressor", "FactorizedGammaRegressor"]
 )

@@ -1,6 +1,11 @@
-"""Factorized linear models: least squares, logistic regression and the generalized
-linear models (Poisson, Gamma, Tweedie)."""
+"""Factorized linear models: least squares, ridge, the elastic net and lasso by
+coordinate descent, logistic regression, and the generalized linear models
+(Poisson, Gamma, Tweedie)."""
 
+from ilargi_sklearn.linear_model._coordinate_descent import (
+    FactorizedElasticNet,
+    FactorizedLasso,
+)
 from ilargi_sklearn.linear_model._glm import (
     FactorizedGammaRegressor,
     FactorizedPoissonRegressor,
@@ -8,11 +13,19 @@ from ilargi_sklearn.linear_model._glm import (
 )
 from ilargi_sklearn.linear_model._linear import FactorizedLinearRegression
 from ilargi_sklearn.linear_model._logistic import FactorizedLogisticRegression
+from ilargi_sklearn.linear_model._ridge import (
+    FactorizedRidge,
+    FactorizedRidgeClassifier,
+)
 
 __all__ = [
+    "FactorizedElasticNet",
     "FactorizedGammaRegressor",
+    "FactorizedLasso",
     "FactorizedLinearRegression",
     "FactorizedLogisticRegression",
     "FactorizedPoissonRegressor",
+    "FactorizedRidge",
+    "FactorizedRidgeClassifier",
     "FactorizedTweedieRegressor",
 ]

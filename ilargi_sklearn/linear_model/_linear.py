@@ -88,12 +88,12 @@ def _regression_target(estimator, y, op):
     return asarray_on(Y, op.xp, op.device), y.ndim
 
 
-def _check_device_support(op):
+def _check_device_support(op, name="FactorizedLinearRegression"):
     """Sparse operators outside NumPy have no solver: LSQR and the sparse gram
-    products are SciPy kernels."""
+    products are SciPy kernels. ``name``: the estimator the message names."""
     if op.is_sparse and not is_numpy_namespace(op.xp):
         raise UnsupportedOnDeviceError(
-            "on a device, FactorizedLinearRegression supports dense data only (got "
+            f"on a device, {name} supports dense data only (got "
             f"a sparse {type(op).__name__} in {op.xp.__name__}); use device='cpu'."
         )
 
@@ -123,6 +123,9 @@ def _psd_solver(G, D, dtype, cond):
     the pseudo-inverse through the eigendecomposition, dropping the eigenvalues
     below ``cond**2 * max(eigenvalues)`` or below their own noise level: the
     minimum-norm solution that ``lstsq(cond=cond)`` computes on the design.
+
+    Ridge passes ``G + alpha I`` with the ``D`` of ``G``: the penalty is exact and
+    adds no rounding noise.
 
     Returns
     -------
@@ -177,8 +180,11 @@ def _psd_solver(G, D, dtype, cond):
     return solve, rank, np.inf
 
 
-def _solve_normal_equations(op, Y, sample_weight, fit_intercept, cond, max_refine=5):
-    """Weighted least squares from the gram of ``T``, with implicit centering.
+def _solve_normal_equations(
+    op, Y, sample_weight, fit_intercept, cond, max_refine=5, alpha=None
+):
+    """Weighted least squares (or ridge) from the gram of ``T``, with implicit
+    centering.
 
     With weights ``s``, ``s_sum = sum(s)`` and weighted column means
     ``mu = s^T T / s_sum``, the centered gram and right-hand side are
@@ -191,6 +197,11 @@ def _solve_normal_equations(op, Y, sample_weight, fit_intercept, cond, max_refin
     forming the gram loses on ill-conditioned data and on columns whose means are
     large compared with their spread.
 
+    With ``alpha`` (ridge, one penalty per target) target ``j`` solves
+    ``(G + alpha_j I) w_j = rhs_j``: one factorization per distinct penalty, and
+    the refinement's residual is ``rhs_j - (G + alpha_j I) w_j`` computed through
+    the operator.
+
     Parameters
     ----------
     op : Operator of shape (n_samples, n_features)
@@ -202,13 +213,16 @@ def _solve_normal_equations(op, Y, sample_weight, fit_intercept, cond, max_refin
         are treated as zero (``lstsq``'s ``cond``).
     max_refine : int, default=5
         Most refinement steps.
+    alpha : ndarray of shape (n_targets,), default=None
+        Ridge penalties (None: least squares).
 
     Returns
     -------
     coef : ndarray of shape (n_targets, n_features), float64
     intercept : ndarray of shape (n_targets,), float64
     rank : int
-        Effective rank of the (centered) gram.
+        Effective rank of the (centered, penalized) gram; the smallest over the
+        penalties.
     """
     n_features = op.n_cols
     dtype = op.dtype
@@ -233,11 +247,22 @@ def _solve_normal_equations(op, Y, sample_weight, fit_intercept, cond, max_refin
     # cancellation noise, which would also leak into every other direction through
     # the off-diagonal noise: they get a zero coefficient, as with lstsq.
     free = np.flatnonzero(np.diag(G) > _GRAM_NOISE * float(np.finfo(dtype).eps) * D)
-    solve_free, rank, error = _psd_solver(G[np.ix_(free, free)], D[free], dtype, cond)
+    n_targets = Y.shape[1]
+    alphas = np.zeros(n_targets) if alpha is None else np.asarray(alpha, dtype=float)
+    G_free, D_free = G[np.ix_(free, free)], D[free]
+    # Targets that share a penalty share one factorization.
+    solvers, rank, error = [], free.size, 0.0
+    for a in np.unique(alphas):
+        targets = np.flatnonzero(alphas == a)
+        A = G_free + a * np.eye(free.size) if a else G_free
+        solve_a, rank_a, error_a = _psd_solver(A, D_free, dtype, cond)
+        solvers.append((targets, solve_a))
+        rank, error = min(rank, rank_a), max(error, error_a)
 
     def solve(b):
         x = np.zeros_like(b)
-        x[free] = solve_free(b[free])
+        for targets, solve_a in solvers:
+            x[np.ix_(free, targets)] = solve_a(b[np.ix_(free, targets)])
         return x
 
     coef = solve(rhs)  # (n_features, n_targets)
@@ -265,6 +290,8 @@ def _solve_normal_equations(op, Y, sample_weight, fit_intercept, cond, max_refin
         grad = host64(op.rmatmul(cast(SR)))
         if fit_intercept:
             grad -= np.outer(mu, colsum(SR))
+        if alpha is not None:
+            grad -= alphas * coef
         step = solve(grad)
         size = float(np.max(np.abs(step)))
         if not size < 0.5 * previous:
@@ -283,11 +310,15 @@ def _predict64(op, coef):
     return op.xp.astype(P, op.xp.float64, copy=False)
 
 
-def _lsqr(matvec, rmatvec, u, n_features, atol, btol, conlim=1e8, iter_lim=None):
-    """LSQR (Paige and Saunders, 1982) for ``min ||A x - b||_2``, ``b`` given as ``u``.
+def _lsqr(
+    matvec, rmatvec, u, n_features, atol, btol, conlim=1e8, iter_lim=None, damp=0.0
+):
+    """LSQR (Paige and Saunders, 1982) for ``min ||A x - b||^2 + damp^2 ||x||^2``,
+    ``b`` given as ``u``.
 
     The algorithm and stopping rules of :func:`scipy.sparse.linalg.lsqr` (which
-    scikit-learn's sparse ``LinearRegression`` calls, with ``damp=0``), written so
+    scikit-learn's sparse ``LinearRegression`` calls with ``damp=0``, and its
+    ``Ridge(solver="lsqr")`` with ``damp=sqrt(alpha)``), written so
     that the n-length Lanczos vector is updated in place: ``u`` (the right-hand
     side, overwritten) is the only n-length array the loop owns, and ``matvec`` may
     return a buffer of its own that is read before its next call. SciPy's loop
@@ -309,6 +340,9 @@ def _lsqr(matvec, rmatvec, u, n_features, atol, btol, conlim=1e8, iter_lim=None)
         Stop when the estimate of ``cond(A)`` exceeds it.
     iter_lim : int, default=None
         Most iterations; None: ``2 * n_features`` (SciPy's default).
+    damp : float, default=0.0
+        Damping (ridge: ``sqrt(alpha)``), eliminated by one more plane rotation
+        per iteration, as in SciPy.
 
     Returns
     -------
@@ -317,6 +351,7 @@ def _lsqr(matvec, rmatvec, u, n_features, atol, btol, conlim=1e8, iter_lim=None)
     """
     eps = float(np.finfo(np.float64).eps)
     iter_lim = 2 * n_features if iter_lim is None else iter_lim
+    dampsq = damp**2
     ctol = 1.0 / conlim if conlim > 0 else 0.0
     x = np.zeros(n_features)
     beta = bnorm = float(np.linalg.norm(u))
@@ -334,7 +369,7 @@ def _lsqr(matvec, rmatvec, u, n_features, atol, btol, conlim=1e8, iter_lim=None)
     rhobar, phibar = alpha, beta
     # Norm estimates of A (Frobenius, of the bidiagonal), of the inverse's columns
     # and of x (a second rotation on the right; Paige and Saunders, section 5).
-    anorm = ddnorm = xxnorm = z = sn2 = 0.0
+    anorm = ddnorm = xxnorm = z = sn2 = res2 = 0.0
     cs2 = -1.0
     n_iter = 0
     while n_iter < iter_lim:
@@ -345,12 +380,19 @@ def _lsqr(matvec, rmatvec, u, n_features, atol, btol, conlim=1e8, iter_lim=None)
         beta = float(np.linalg.norm(u))
         if beta > 0:
             u *= 1.0 / beta
-            anorm = math.sqrt(anorm**2 + alpha**2 + beta**2)
+            anorm = math.sqrt(anorm**2 + alpha**2 + beta**2 + dampsq)
             v = rmatvec(u) - beta * v
             alpha = float(np.linalg.norm(v))
             if alpha > 0:
                 v *= 1.0 / alpha
-        # The rotation that eliminates beta from the lower bidiagonal.
+        # The rotation that eliminates the damping from the diagonal, then the
+        # one that eliminates beta from the lower bidiagonal.
+        psi = 0.0
+        if damp > 0:
+            rhobar1 = math.hypot(rhobar, damp)
+            psi = damp / rhobar1 * phibar
+            phibar *= rhobar / rhobar1
+            rhobar = rhobar1
         rho = math.hypot(rhobar, beta)
         c, s = rhobar / rho, beta / rho
         theta = s * alpha
@@ -370,7 +412,8 @@ def _lsqr(matvec, rmatvec, u, n_features, atol, btol, conlim=1e8, iter_lim=None)
         z = rhs / gamma
         xxnorm += z**2
         acond = anorm * math.sqrt(ddnorm)
-        rnorm = phibar
+        res2 += psi**2
+        rnorm = math.sqrt(phibar**2 + res2)
         arnorm = alpha * abs(tau)
         test1 = rnorm / bnorm
         test2 = arnorm / (anorm * rnorm + eps)
@@ -389,19 +432,20 @@ def _lsqr(matvec, rmatvec, u, n_features, atol, btol, conlim=1e8, iter_lim=None)
     return x, n_iter
 
 
-def _solve_lsqr(op, Y, sample_weight, fit_intercept, tol):
-    """Weighted least squares by LSQR on ``diag(sqrt(s)) (T - 1 mu^T)``.
+def _solve_lsqr(op, Y, sample_weight, fit_intercept, tol, alpha=None, max_iter=None):
+    """Weighted least squares (or ridge) by LSQR on ``diag(sqrt(s)) (T - 1 mu^T)``.
 
     The centering stays inside the matrix-vector products (as scikit-learn's sparse
-    ``LinearRegression`` does): ``matvec(v) = sqrt(s) * (T v - mu^T v)`` and
-    ``rmatvec(u) = T^T (sqrt(s) u) - mu sum(sqrt(s) u)``.
+    ``LinearRegression`` and ``Ridge`` do): ``matvec(v) = sqrt(s) * (T v - mu^T v)``
+    and ``rmatvec(u) = T^T (sqrt(s) u) - mu sum(sqrt(s) u)``. Ridge penalties
+    ``alpha`` (one per target) are LSQR's damping ``sqrt(alpha)``.
 
     Returns
     -------
     coef : ndarray of shape (n_targets, n_features), float64
     intercept : ndarray of shape (n_targets,), float64
-    n_iter : int
-        Largest LSQR iteration count over the targets.
+    n_iter : ndarray of shape (n_targets,), int32
+        LSQR iterations per target.
     """
     n_samples, n_features = op.shape
     dtype = op.dtype
@@ -447,7 +491,8 @@ def _solve_lsqr(op, Y, sample_weight, fit_intercept, tol):
     n_targets = Y.shape[1]
     coef = np.zeros((n_targets, n_features))
     intercept = np.zeros(n_targets)
-    n_iter = 0
+    n_iter = np.zeros(n_targets, dtype=np.int32)
+    damp = np.zeros(n_targets) if alpha is None else np.sqrt(alpha)
     # LSQR's BLAS calls are dots and norms of vectors, thousands of them: BLAS
     # threads that wake and spin-wait for each cost more than they save, and
     # collapse when another process holds a core (benchmarks/README.md, threads).
@@ -460,14 +505,67 @@ def _solve_lsqr(op, Y, sample_weight, fit_intercept, tol):
                 b -= intercept[j]
             if sqrt_sw is not None:
                 b *= sqrt_sw
-            coef[j], it = _lsqr(matvec, rmatvec, b, n_features, atol=tol, btol=tol)
-            n_iter = max(n_iter, it)
+            coef[j], n_iter[j] = _lsqr(
+                matvec,
+                rmatvec,
+                b,
+                n_features,
+                atol=tol,
+                btol=tol,
+                iter_lim=max_iter,
+                damp=float(damp[j]),
+            )
     if fit_intercept:
         intercept -= coef @ mu
     return coef, intercept, n_iter
 
 
-class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
+def _linear_decision(estimator, X):
+    """``(T coef_^T + intercept_, xp, caller)`` of a fitted linear model.
+
+    ``coef_`` is (n_features,) or (n_outputs, n_features) and ``intercept_`` a
+    float or (n_outputs,); the values are computed where ``X`` is placed (the
+    estimator's ``device``), ``caller`` hands them back to where ``X`` came from.
+    """
+    check_is_fitted(estimator)
+    caller = Caller(X)
+    op = validate_X(estimator, X, reset=False, device=estimator.device)
+    xp = op.xp
+    # Parameters go to where the data is (they are small).
+    coef = asarray_on(estimator.coef_, xp, op.device)
+    coef = coef if coef.ndim == 1 else xp.matrix_transpose(coef)
+    b = estimator.intercept_
+    b = asarray_on(b, xp, op.device) if hasattr(b, "shape") else b
+    return op.matmul(coef) + b, xp, caller
+
+
+class LinearPredictorMixin:
+    """``predict`` of a fitted linear model: ``T coef_^T + intercept_`` through the
+    operator's ``matmul``, on the data's device, returned in the caller's array
+    type. ``coef_`` is (n_features,) or (n_targets, n_features); ``intercept_`` a
+    scalar or (n_targets,)."""
+
+    def predict(self, X):
+        """Predict with the linear model.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix, MultiSourceDataset} of shape \
+                (n_samples, n_features)
+            Samples; a dataset is used through its factorized operator.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,) or (n_samples, n_targets)
+            Predicted values.
+        """
+        values, _, caller = _linear_decision(self, X)
+        return caller.give(values)
+
+
+class FactorizedLinearRegression(
+    LinearPredictorMixin, DeviceMixin, RegressorMixin, BaseEstimator
+):
     """Ordinary least squares on joined data sources, without building the join.
 
     Fits ``y ~ T coef + intercept`` where ``T`` is the joined matrix of a
@@ -681,9 +779,10 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
                 "gram.",
                 n_features,
             )
-            coef, intercept, n_iter = _solve_lsqr(
+            coef, intercept, n_iters = _solve_lsqr(
                 op, Y, sample_weight, self.fit_intercept, self.tol
             )
+            n_iter = int(n_iters.max())
         else:
             coef, intercept, _ = _solve_normal_equations(
                 op, Y, sample_weight, self.fit_intercept, self.tol
@@ -736,31 +835,6 @@ class FactorizedLinearRegression(DeviceMixin, RegressorMixin, BaseEstimator):
         if intercept is None:
             intercept = np.zeros(n_targets)
         return coef.copy(), intercept.copy(), n_iter
-
-    def predict(self, X):
-        """Predict with the linear model.
-
-        Parameters
-        ----------
-        X : {array-like, sparse matrix, MultiSourceDataset} of shape \
-                (n_samples, n_features)
-            Samples; a dataset is used through its factorized operator.
-
-        Returns
-        -------
-        y_pred : ndarray of shape (n_samples,) or (n_samples, n_targets)
-            Predicted values.
-        """
-        check_is_fitted(self)
-        caller = Caller(X)
-        op = validate_X(self, X, reset=False, device=self.device)
-        xp = op.xp
-        # Parameters go to where the data is (they are small).
-        coef = asarray_on(self.coef_, xp, op.device)
-        coef = coef if coef.ndim == 1 else xp.matrix_transpose(coef)
-        b = self.intercept_
-        b = asarray_on(b, xp, op.device) if hasattr(b, "shape") else b
-        return caller.give(op.matmul(coef) + b)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -117,6 +117,22 @@ def _classification_target(estimator, y, op):
     return classes, asarray_on(codes, op.xp, op.device)
 
 
+def _labels_from_scores(classes, scores, xp, caller):
+    """The predicted labels of a linear classifier's decision values ``scores``
+    (1-D: ``classes[1]`` where positive; 2-D: the argmax), in the caller's
+    namespace."""
+    if scores.ndim == 1:
+        indices = xp.astype(scores > 0, xp.int64)
+    else:
+        indices = xp.argmax(scores, axis=1)
+    if classes.dtype.kind not in "biuf":
+        # Labels that are not numbers have no device array type.
+        return classes[to_numpy(indices)]
+    # device_of, not scores.device: Dask arrays have no .device attribute.
+    labels = xp.take(asarray_on(classes, xp, device_of(scores)), indices)
+    return caller.give(labels)
+
+
 class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
     """Logistic regression on joined data sources, without building the join.
 
@@ -452,16 +468,7 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
             Predicted labels, taken from ``classes_``.
         """
         scores, xp, caller = self._scores(X)
-        if scores.ndim == 1:
-            indices = xp.astype(scores > 0, xp.int64)
-        else:
-            indices = xp.argmax(scores, axis=1)
-        if self.classes_.dtype.kind not in "biuf":
-            # Labels that are not numbers have no device array type.
-            return self.classes_[to_numpy(indices)]
-        # device_of, not scores.device: Dask arrays have no .device attribute.
-        labels = xp.take(asarray_on(self.classes_, xp, device_of(scores)), indices)
-        return caller.give(labels)
+        return _labels_from_scores(self.classes_, scores, xp, caller)
 
     def predict_proba(self, X):
         """Class probabilities (sigmoid for binary, softmax for multinomial).

@@ -33,9 +33,9 @@ class GramStats:
 
     Attributes
     ----------
-    G : ndarray of shape (n_features, n_features)
-        Centered gram.
-    D : ndarray of shape (n_features,)
+    G : ndarray of shape (n_features, n_features) or None
+        Centered gram (None when it was not formed: ``centered_gram(gram=False)``).
+    D : ndarray of shape (n_features,) or None
         Diagonal of the uncentered gram: the scale of the rounding errors of ``G``
         (an entry carries about ``eps * sqrt(D_i D_j)``, which centering keeps).
     mu : ndarray of shape (n_features,)
@@ -50,8 +50,8 @@ class GramStats:
         ``sum_i s_i y_i^2`` per target (uncentered).
     """
 
-    G: np.ndarray
-    D: np.ndarray
+    G: np.ndarray | None
+    D: np.ndarray | None
     mu: np.ndarray
     sw_sum: float
     rhs: np.ndarray | None = None
@@ -67,7 +67,12 @@ class GramStats:
 
 
 def centered_gram(
-    op: Any, sample_weight: Any = None, fit_intercept: bool = True, Y: Any = None
+    op: Any,
+    sample_weight: Any = None,
+    fit_intercept: bool = True,
+    Y: Any = None,
+    *,
+    gram: bool = True,
 ) -> GramStats:
     """The :class:`GramStats` of ``op`` (and of a target ``Y``, where ``op`` lives).
 
@@ -80,6 +85,10 @@ def centered_gram(
         Center (implicitly) or not.
     Y : array of shape (n_samples, n_targets), float64, or None
         Where ``op`` lives.
+    gram : bool, default=True
+        False: the same statistics without the gram (``G`` and ``D`` are None),
+        for the iterative solvers that only need the means and ``T^T S Y``
+        (one ``col_sums`` and one ``rmatmul`` pass, no ``gram``).
     """
     n_samples, n_features = op.shape
     xp = op.xp
@@ -87,14 +96,17 @@ def centered_gram(
         sw_sum = float(n_samples)
     else:
         sw_sum = float(xp.sum(sample_weight))
-    G = host64(op.gram(sample_weight, format="dense"))
-    D = np.diag(G).copy()
     if fit_intercept:
         mu = host64(op.col_sums(sample_weight)) / sw_sum
-        G = G - sw_sum * np.outer(mu, mu)
     else:
         mu = np.zeros(n_features)
-    G = 0.5 * (G + G.T)
+    G = D = None
+    if gram:
+        G = host64(op.gram(sample_weight, format="dense"))
+        D = np.diag(G).copy()
+        if fit_intercept:
+            G = G - sw_sum * np.outer(mu, mu)
+        G = 0.5 * (G + G.T)
     if Y is None:
         return GramStats(G, D, mu, sw_sum)
     SY = Y if sample_weight is None else Y * sample_weight[:, None]
