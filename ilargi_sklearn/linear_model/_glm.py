@@ -12,7 +12,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_y, check_is_fitted
 
 from ilargi_sklearn._backend._namespace import asarray_on, numpy_dtype, to_numpy
-from ilargi_sklearn.linear_model._linear import _check_n_rows
+from ilargi_sklearn.linear_model._linear import _check_n_rows, _linear_decision
 from ilargi_sklearn.linear_model._loss import (
     HalfTweedie,
     _loss_and_grad,
@@ -23,12 +23,10 @@ from ilargi_sklearn.linear_model._loss import (
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     STRATEGIES,
-    Caller,
     DeviceMixin,
     device_regression_target,
     host_array,
     validate_fit_inputs,
-    validate_X,
 )
 
 __all__ = [
@@ -190,12 +188,7 @@ class _FactorizedGLM(DeviceMixin, RegressorMixin, BaseEstimator):
         y_pred : ndarray of shape (n_samples,)
             Predicted means, in the data's dtype.
         """
-        check_is_fitted(self)
-        caller = Caller(X)
-        op = validate_X(self, X, reset=False, device=self.device)
-        xp = op.xp
-        coef = asarray_on(self.coef_, xp, op.device, op.dtype)
-        raw = op.matmul(coef) + float(self.intercept_)
+        raw, xp, caller = _linear_decision(self, X)
         loss, _ = self._half_loss()
         return caller.give(loss.inverse(xp, raw))
 
