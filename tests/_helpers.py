@@ -167,6 +167,27 @@ def regression_data(seed=0, scenario="left", n_rows=90):
     return ds, y
 
 
+def glm_target(ds, seed=0, family="poisson"):
+    """A target of a log-linear model of ``ds``: Poisson counts
+    (``family="poisson"``, zeros included) or Gamma draws (``"gamma"``, positive)
+    around the mean ``exp(0.5 + T beta)``, ``T beta`` scaled to a spread of 0.5."""
+    rng = np.random.default_rng(seed)
+    T = ds.materialize("dense").astype(np.float64)
+    eta = T @ rng.standard_normal(ds.shape[1])
+    mean = np.exp(0.5 + 0.5 * eta / max(float(np.std(eta)), 1e-12))
+    if family == "poisson":
+        return rng.poisson(mean).astype(np.float64)
+    if family == "gamma":
+        return rng.gamma(2.0, mean / 2.0)
+    raise ValueError(f"family must be 'poisson' or 'gamma', got {family!r}.")
+
+
+def glm_data(seed=0, scenario="left", n_rows=90, family="poisson"):
+    """A random dataset and a :func:`glm_target` of it."""
+    ds = random_dataset(seed, n_rows=n_rows, scenario=scenario)
+    return ds, glm_target(ds, seed, family)
+
+
 def classification_data(seed=0, scenario="left", n_rows=120, n_classes=2):
     """A random dataset and ``n_classes`` balanced labels: quantiles of a linear
     target."""

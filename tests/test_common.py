@@ -3,9 +3,10 @@ and sparse matrices, and the project's own checks on MultiSourceDataset input
 (:mod:`ilargi_sklearn.utils.estimator_checks`)."""
 
 import pickle
+from functools import partial
 
 import pytest
-from _helpers import assert_close, classification_data, regression_data
+from _helpers import assert_close, classification_data, glm_data, regression_data
 from sklearn.base import clone
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
@@ -20,9 +21,12 @@ from ilargi_sklearn import (
 from ilargi_sklearn._backend._namespace import get_namespace, is_numpy_namespace
 from ilargi_sklearn.linear_model import (
     FactorizedElasticNet,
+    FactorizedGammaRegressor,
     FactorizedLasso,
+    FactorizedPoissonRegressor,
     FactorizedRidge,
     FactorizedRidgeClassifier,
+    FactorizedTweedieRegressor,
 )
 from ilargi_sklearn.preprocessing import FactorizedPolynomialFeatures
 from ilargi_sklearn.utils._testing import random_dataset
@@ -54,6 +58,9 @@ ESTIMATORS = [
     FactorizedElasticNet(),
     FactorizedLasso(),
     FactorizedPolynomialFeatures(),
+    FactorizedPoissonRegressor(),
+    FactorizedGammaRegressor(),
+    FactorizedTweedieRegressor(power=1.5),
     # AutoPlan fits an array as it is (plan "materialized-cpu"), so these run the
     # checks through its delegation. The scaler has no plans (no ``strategy``).
     _auto(FactorizedLinearRegression()),
@@ -136,6 +143,13 @@ CASES = [
     ("ridge_classifier", FactorizedRidgeClassifier(alpha=0.5), classification_data),
     ("enet", FactorizedElasticNet(alpha=0.01, l1_ratio=0.5), regression_data),
     ("lasso", FactorizedLasso(alpha=0.01), regression_data),
+    ("poisson", FactorizedPoissonRegressor(alpha=0.01, tol=1e-8), glm_data),
+    (
+        "gamma",
+        FactorizedGammaRegressor(alpha=0.01, tol=1e-8),
+        partial(glm_data, family="gamma"),
+    ),
+    ("tweedie", FactorizedTweedieRegressor(power=1.5, alpha=0.01, tol=1e-8), glm_data),
 ]
 CASES += [(f"auto-{name}", _auto(est), data) for name, est, data in CASES]
 

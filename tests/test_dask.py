@@ -364,3 +364,24 @@ def test_elastic_net_on_the_gram(pair):
     _close(got.coef_, ref.coef_)
     _close(float(got.intercept_), ref.intercept_)
     _close(got.predict(dds).compute(), ref.predict(mem))
+
+
+@pytest.mark.parametrize(
+    "name", ["FactorizedPoissonRegressor", "FactorizedGammaRegressor"]
+)
+def test_glm_regressors(pair, name):
+    import ilargi_sklearn.linear_model as lm
+
+    mem, dds = pair
+    rng = np.random.default_rng(12)
+    mean = np.exp(0.5 + 0.2 * (mem @ rng.standard_normal(9)))
+    y = rng.poisson(mean) + 0.5  # positive, for both families
+    Est = getattr(lm, name)
+    ref = Est(alpha=0.01, tol=1e-8).fit(mem, y)
+    got = Est(alpha=0.01, tol=1e-8).fit(dds, y)
+    assert isinstance(got.coef_, np.ndarray)
+    _close(got.coef_, ref.coef_, np.float32)  # L-BFGS tolerance
+    pred = got.predict(dds)
+    assert isinstance(pred, da.Array)
+    _close(pred, ref.predict(mem), np.float32)
+    _close(got.score(dds, y), ref.score(mem, y), np.float32)

@@ -1,9 +1,15 @@
 """Factorized linear models: least squares, ridge, the elastic net and lasso by
-coordinate descent, and logistic regression."""
+coordinate descent, logistic regression, and the generalized linear models
+(Poisson, Gamma, Tweedie)."""
 
 from ilargi_sklearn.linear_model._coordinate_descent import (
     FactorizedElasticNet,
     FactorizedLasso,
+)
+from ilargi_sklearn.linear_model._glm import (
+    FactorizedGammaRegressor,
+    FactorizedPoissonRegressor,
+    FactorizedTweedieRegressor,
 )
 from ilargi_sklearn.linear_model._linear import FactorizedLinearRegression
 from ilargi_sklearn.linear_model._logistic import FactorizedLogisticRegression
@@ -14,9 +20,12 @@ from ilargi_sklearn.linear_model._ridge import (
 
 __all__ = [
     "FactorizedElasticNet",
+    "FactorizedGammaRegressor",
     "FactorizedLasso",
     "FactorizedLinearRegression",
     "FactorizedLogisticRegression",
+    "FactorizedPoissonRegressor",
     "FactorizedRidge",
     "FactorizedRidgeClassifier",
+    "FactorizedTweedieRegressor",
 ]

@@ -9,7 +9,6 @@ from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
-import scipy.optimize
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import LabelEncoder
@@ -30,6 +29,7 @@ from ilargi_sklearn.linear_model._loss import (
     _gradient_descent,
     _lipschitz_constant,
     _loss_and_grad,
+    _minimize_lbfgs,
     _special,
     _split_coef,
     release_binomial_plan,
@@ -396,29 +396,9 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
         return self
 
     def _fit_lbfgs(self, w0, args):
-        result = scipy.optimize.minimize(
-            _loss_and_grad,
-            w0,
-            method="L-BFGS-B",
-            jac=True,
-            args=args,
-            options={
-                "maxiter": self.max_iter,
-                "maxls": 50,
-                "gtol": self.tol,
-                "ftol": 64 * np.finfo(float).eps,
-            },
+        return _minimize_lbfgs(
+            _loss_and_grad, w0, args, self.max_iter, self.tol, stacklevel=4
         )
-        if result.status != 0:
-            warnings.warn(
-                f"L-BFGS failed to converge after {result.nit} iteration(s) "
-                f"(status={result.status}: {result.message}). Increase max_iter="
-                f"{self.max_iter}, or scale the features (for example with "
-                "ilargi_sklearn's FactorizedStandardScaler).",
-                ConvergenceWarning,
-                stacklevel=4,
-            )
-        return result.x, min(int(result.nit), self.max_iter)
 
     def _fit_gd(self, w0, args):
         op, _, sample_weight, sw_sum, l2_reg_strength, fit_intercept, _, loss = args

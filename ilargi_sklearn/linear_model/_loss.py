@@ -23,7 +23,11 @@ with sample weights ``s`` (ones by default), ``s_sum = sum_i s_i`` and the inter
 * ``"binomial"``: ``log(1 + exp(raw)) - y raw`` with ``y`` in {0, 1} (scikit-learn's
   ``HalfBinomialLoss``);
 * ``"multinomial"``: ``logsumexp(raw) - raw_y`` over ``n_classes`` columns
-  (``HalfMultinomialLoss``, softmax link).
+  (``HalfMultinomialLoss``, softmax link);
+* a :class:`HalfTweedie` instance: half the Tweedie deviance of power ``p`` with a
+  log or identity link (scikit-learn's ``HalfTweedieLoss`` and
+  ``HalfTweedieLossIdentity``; ``p=1`` with the log link is ``HalfPoissonLoss``,
+  ``p=2`` ``HalfGammaLoss``), the losses of the generalized linear models.
 
 Parameters are a flat float64 vector, the ravelled C-order array of shape
 ``(n_outputs, n_features + fit_intercept)``: row ``k`` holds the coefficients of
@@ -32,11 +36,15 @@ output ``k`` followed by its intercept.
 
 from __future__ import annotations
 
+import warnings
 import weakref
+from dataclasses import dataclass
 
 import numpy as np
+import scipy.optimize
 import scipy.sparse as sp
 from scipy.special import expit, log_expit, log_softmax, logsumexp, softmax
+from sklearn.exceptions import ConvergenceWarning
 
 from ilargi_sklearn._backend import _launcher
 from ilargi_sklearn._backend._launcher import CompiledUnavailable, numba_available
@@ -57,9 +65,11 @@ from ilargi_sklearn.multisource._operators import (
 
 __all__ = [
     "LOSSES",
+    "HalfTweedie",
     "_gradient_descent",
     "_lipschitz_constant",
     "_loss_and_grad",
+    "_minimize_lbfgs",
     "_split_coef",
     "release_binomial_plan",
 ]
@@ -196,8 +206,119 @@ def _raw_prediction(op, coef, intercept):
     return raw
 
 
+@dataclass(frozen=True)
+class HalfTweedie:
+    """Half the Tweedie deviance of power ``power``, with a log or identity link.
+
+    The pointwise losses and their derivatives with respect to the raw prediction
+    ``r`` are scikit-learn's, constant terms dropped alike (so that fits and scores
+    agree with its GLMs): with the log link (``HalfTweedieLoss``, mean
+    ``exp(r)``), ``p=0``: ``(exp(r) - y)^2 / 2``; ``p=1``: ``exp(r) - y r``
+    (``HalfPoissonLoss``); ``p=2``: ``r + y exp(-r)`` (``HalfGammaLoss``); other
+    ``p``: ``exp((2-p) r) / (2-p) - y exp((1-p) r) / (1-p)``. With the identity
+    link (``HalfTweedieLossIdentity``, mean ``r``) the full half deviance, whose
+    minimum is zero.
+
+    Parameters
+    ----------
+    power : float
+        Tweedie power ``p``.
+    link : {"log", "identity"}, default="log"
+        Link function.
+    """
+
+    power: float
+    link: str = "log"
+
+    def y_domain(self):
+        """``(low, closed)``: ``y`` must be ``>= low`` (``closed``) or ``> low``;
+        ``low=None`` for any real ``y``."""
+        p = self.power
+        if p <= 0:
+            return None, False
+        return 0.0, p < 2
+
+    def in_y_range(self, xp, y):
+        """Whether every target is in the loss' domain (``y`` finite already)."""
+        low, closed = self.y_domain()
+        if low is None:
+            return True
+        return bool(xp.all(y >= low) if closed else xp.all(y > low))
+
+    def link_fn(self, xp, mean):
+        """The link: the raw prediction of a mean."""
+        return xp.log(mean) if self.link == "log" else mean
+
+    def inverse(self, xp, raw):
+        """The inverse link: the mean of a raw prediction."""
+        return xp.exp(raw) if self.link == "log" else raw
+
+    def pointwise(self, xp, raw, y):
+        """Pointwise losses and their derivatives, both of shape (n_samples,)."""
+        # Trial steps of L-BFGS' line search may leave the mean's domain (r <= 0
+        # for the identity link) or overflow exp: they get NaN or inf and are
+        # rejected, as in scikit-learn (whose compiled losses do not warn), without
+        # NumPy's warnings on the way.
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            if self.link == "log":
+                return self._log_pointwise(xp, raw, y, float(self.power))
+            return self._identity_pointwise(xp, raw, y, float(self.power))
+
+    @staticmethod
+    def _log_pointwise(xp, raw, y, p):
+        if p == 0:
+            mean = xp.exp(raw)
+            return 0.5 * (mean - y) ** 2, mean * (mean - y)
+        if p == 1:
+            mean = xp.exp(raw)
+            return mean - y * raw, mean - y
+        if p == 2:
+            inv = xp.exp(-raw)
+            return raw + y * inv, 1.0 - y * inv
+        e1 = xp.exp((1.0 - p) * raw)
+        e2 = xp.exp((2.0 - p) * raw)
+        return e2 / (2.0 - p) - y * e1 / (1.0 - p), e2 - y * e1
+
+    @staticmethod
+    def _identity_pointwise(xp, raw, y, p):
+        if p == 0:
+            residual = raw - y
+            return 0.5 * residual * residual, residual
+        positive = y > 0
+        if p == 1:
+            # y log(y / r) is 0 at y = 0 (scikit-learn's loss is then r).
+            ylog = xp.where(positive, y * xp.log(xp.where(positive, y, 1.0) / raw), 0.0)
+            return ylog + raw - y, 1.0 - y / raw
+        if p == 2:
+            return xp.log(raw / y) + y / raw - 1.0, (raw - y) / (raw * raw)
+        tmp = raw ** (1.0 - p)
+        values = raw * tmp / (2.0 - p) - y * tmp / (1.0 - p)
+        y_pos = xp.where(positive, y, 0.0)
+        values = values + xp.where(
+            positive, y_pos ** (2.0 - p) / ((1.0 - p) * (2.0 - p)), 0.0
+        )
+        return values, tmp * (1.0 - y / raw)
+
+    def constant(self, xp, y):
+        """The dropped terms (scikit-learn's ``constant_to_optimal_zero``): with
+        them added, a perfect prediction has zero loss."""
+        p = float(self.power)
+        if self.link != "log" or p == 0:
+            return xp.zeros_like(y)
+        if p == 1:
+            positive = y > 0
+            return xp.where(positive, y * xp.log(xp.where(positive, y, 1.0)), 0.0) - y
+        if p == 2:
+            return -xp.log(y) - 1.0
+        y_pos = xp.where(y > 0, y, 0.0)
+        return y_pos ** (2.0 - p) / ((1.0 - p) * (2.0 - p))
+
+
 def _pointwise(xp, raw, y, loss):
     """Pointwise losses (n_samples,) and their gradients (n_samples, n_outputs)."""
+    if isinstance(loss, HalfTweedie):
+        values, grad = loss.pointwise(xp, raw[:, 0], y)
+        return values, grad[:, None]
     f = _special(xp)
     if loss == "squared":
         residual = raw - y
@@ -229,7 +350,8 @@ def _loss_and_grad(
     y : array
         Targets in the loss' encoding, where ``op`` lives: shape (n_samples,) with
         values in {0, 1} for ``"binomial"``, one-hot (n_samples, n_classes) for
-        ``"multinomial"``, (n_samples, n_outputs) for ``"squared"``.
+        ``"multinomial"``, (n_samples, n_outputs) for ``"squared"``, (n_samples,)
+        in the loss' domain for a :class:`HalfTweedie` loss.
     sample_weight : array of shape (n_samples,) or None
         Sample weights where ``op`` lives; None for unit weights.
     sw_sum : float
@@ -239,8 +361,9 @@ def _loss_and_grad(
     fit_intercept : bool
         Whether the last parameter of each output is an intercept.
     n_outputs : int
-        Number of outputs (1 for binomial, n_classes for multinomial).
-    loss : {"squared", "binomial", "multinomial"}
+        Number of outputs (1 for binomial and the Tweedie losses, n_classes for
+        multinomial).
+    loss : {"squared", "binomial", "multinomial"} or HalfTweedie
         Pointwise loss.
 
     Returns
@@ -579,3 +702,48 @@ def _gradient_descent(loss_and_grad, w0, args, learning_rate, max_iter, tol):
         _, grad = loss_and_grad(w, *args)
         return w, max_iter, bool(np.max(np.abs(grad), initial=0.0) <= tol)
     return w, max_iter, False
+
+
+def _minimize_lbfgs(fun, w0, args, max_iter, tol, *, stacklevel=2):
+    """L-BFGS-B on ``fun(w, *args) -> (value, grad)`` with scikit-learn's options.
+
+    ``maxiter=max_iter``, ``maxls=50`` (scipy's default is 20), ``gtol=tol`` and
+    ``ftol = 64 eps``, as scikit-learn's ``LogisticRegression`` and GLMs pass them,
+    so that both libraries take the same steps to the same optimum.
+
+    Returns
+    -------
+    w : ndarray
+        Final parameters.
+    n_iter : int
+        Iterations run, at most ``max_iter``.
+
+    Warns
+    -----
+    ConvergenceWarning
+        When L-BFGS stopped before its gradient test passed; ``stacklevel`` points
+        the warning at the caller's caller.
+    """
+    result = scipy.optimize.minimize(
+        fun,
+        w0,
+        method="L-BFGS-B",
+        jac=True,
+        args=args,
+        options={
+            "maxiter": max_iter,
+            "maxls": 50,
+            "gtol": tol,
+            "ftol": 64 * np.finfo(float).eps,
+        },
+    )
+    if result.status != 0:
+        warnings.warn(
+            f"L-BFGS failed to converge after {result.nit} iteration(s) "
+            f"(status={result.status}: {result.message}). Increase max_iter="
+            f"{max_iter}, or scale the features (for example with "
+            "ilargi_sklearn's FactorizedStandardScaler).",
+            ConvergenceWarning,
+            stacklevel=stacklevel + 1,
+        )
+    return result.x, min(int(result.nit), max_iter)

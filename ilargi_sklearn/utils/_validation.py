@@ -328,6 +328,7 @@ def validate_fit_inputs(
     *,
     target: Any = None,
     strategy: str = "factorized",
+    reset: bool = True,
 ) -> tuple[Operator, Any, Any, float]:
     """The fit preamble: validate ``X``, ``y`` and ``sample_weight`` once and place
     them on the estimator's device (its ``device`` parameter).
@@ -336,7 +337,7 @@ def validate_fit_inputs(
     ----------
     estimator : estimator
         Sets ``n_features_in_`` (and ``feature_names_in_``) as :func:`validate_X`
-        with ``reset=True``.
+        with ``reset=True``, or checks them with ``reset=False``.
     X : {array-like, sparse matrix, MultiSourceDataset}
     y : array-like, optional
         Required when ``target`` is given.
@@ -347,6 +348,8 @@ def validate_fit_inputs(
         ``target(estimator, y, op)`` validates ``y``, checks its rows and places it
         on ``op``'s device. None: ``y`` is ignored (transformers).
     strategy : {"factorized", "materialized"}, default="factorized"
+    reset : bool, default=True
+        False for methods of a fitted estimator that take targets (``score``).
 
     Returns
     -------
@@ -362,7 +365,7 @@ def validate_fit_inputs(
     from sklearn.utils.validation import _check_sample_weight
 
     op = validate_X(
-        estimator, X, reset=True, strategy=strategy, device=estimator.device
+        estimator, X, reset=reset, strategy=strategy, device=estimator.device
     )
     if target is not None:
         if y is None:
