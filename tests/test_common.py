@@ -18,6 +18,7 @@ from ilargi_sklearn import (
     FactorizedStandardScaler,
 )
 from ilargi_sklearn._backend._namespace import get_namespace, is_numpy_namespace
+from ilargi_sklearn.decomposition import FactorizedPCA, FactorizedTruncatedSVD
 from ilargi_sklearn.utils._testing import random_dataset
 from ilargi_sklearn.utils.estimator_checks import (
     _assert_outputs_close,
@@ -42,6 +43,8 @@ ESTIMATORS = [
     # NMF(solver="mu") fails check_transformer_general with fewer).
     FactorizedGNMF(n_components=2, max_iter=2000, tol=1e-10, random_state=0),
     FactorizedStandardScaler(),
+    FactorizedPCA(),
+    FactorizedTruncatedSVD(n_components=1, random_state=0),
     # AutoPlan fits an array as it is (plan "materialized-cpu"), so these run the
     # checks through its delegation. The scaler has no plans (no ``strategy``).
     _auto(FactorizedLinearRegression()),
@@ -119,6 +122,8 @@ CASES = [
         _unsupervised_data,
     ),
     ("gnmf", FactorizedGNMF(n_components=2, max_iter=50, random_state=0), _nonneg_data),
+    ("pca", FactorizedPCA(n_components=3, whiten=True), _unsupervised_data),
+    ("svd", FactorizedTruncatedSVD(n_components=3, random_state=0), _unsupervised_data),
 ]
 CASES += [(f"auto-{name}", _auto(est), data) for name, est, data in CASES]
 
