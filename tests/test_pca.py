@@ -77,6 +77,7 @@ def _assert_pca_like(ours, ref, ds, X, dtype, kind="fit"):
     _close(Z[:, :m], Zr[:, :m], dtype, kind, "transform")
     if m < ref.n_components_:
         return m
+    Zr = Zr[:200]  # the reconstruction is dense, the joined matrix's size
     _close(
         ours.inverse_transform(Zr), ref.inverse_transform(Zr), dtype, kind, "inverse"
     )
@@ -250,6 +251,7 @@ def _assert_svd_like(ours, Z, ref, Zr, ds, X, dtype, kind="fit"):
     _close(Z[:, :m], Zr[:, :m], dtype, kind, "fit_transform")
     _close(ours.transform(ds)[:, :m], ref.transform(X)[:, :m], dtype, kind, "transform")
     if m == ref.components_.shape[0]:
+        Zr = Zr[:200]  # the reconstruction is dense, the joined matrix's size
         _close(
             ours.inverse_transform(Zr), ref.inverse_transform(Zr), dtype, kind, "inv"
         )
@@ -314,7 +316,10 @@ def test_truncated_svd_bad_input_raises_sklearns_errors():
             ValueError, match=r"n_components\(5\) must be <= n_features\(4\)"
         ):
             Est(5).fit(data)
-        with pytest.raises(ValueError, match=r"`k` must be an integer satisfying `0 < k < min\(A.shape\)`"):
+        with pytest.raises(
+            ValueError,
+            match=r"`k` must be an integer satisfying `0 < k < min\(A.shape\)`",
+        ):
             Est(4, algorithm="arpack").fit(data)
         with pytest.raises(ValueError, match="1 feature.* a minimum of 2"):
             Est(1).fit(narrow)
