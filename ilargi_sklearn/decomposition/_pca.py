@@ -8,12 +8,16 @@ centers it (sparsity and the factorization survive) and ends in a
 (n_features, n_features) eigenproblem on the host. ``transform`` is
 ``T V - 1 (mu^T V)``, one factorized ``matmul``; ``score_samples`` adds one
 ``row_sq_norms``.
+
+For data too wide for that eigenproblem, the truncated solvers ("arpack",
+"randomized") of :mod:`~ilargi_sklearn.decomposition._svd` run on the implicitly
+centered operator instead, as scikit-learn's PCA runs them on sparse input.
 """
 
 from __future__ import annotations
 
 from math import log
-from numbers import Integral
+from numbers import Integral, Real
 
 import numpy as np
 from scipy import linalg
@@ -24,7 +28,8 @@ from sklearn.base import (
     _fit_context,
 )
 from sklearn.decomposition._pca import _infer_dimension
-from sklearn.utils import check_array
+from sklearn.utils import check_array, check_random_state
+from sklearn.utils._arpack import _init_arpack_v0
 from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
 from sklearn.utils.extmath import fast_logdet
 from sklearn.utils.validation import check_is_fitted
@@ -38,7 +43,8 @@ from ilargi_sklearn._backend._namespace import (
     numpy_dtype,
 )
 from ilargi_sklearn._backend._plan import DEVICE_OPTIONS, STRATEGIES
-from ilargi_sklearn.decomposition._svd import _svd_flip
+from ilargi_sklearn.decomposition._svd import _arpack_svd, _randomized_svd, _svd_flip
+from ilargi_sklearn.multisource import AffineOperator
 from ilargi_sklearn.utils._stats import centered_gram, host64
 from ilargi_sklearn.utils._validation import (
     Caller,
@@ -74,6 +80,47 @@ def _covariance_eigh(op):
     eigvals = np.maximum(eigvals[::-1], 0.0)
     _, Vt = _svd_flip(np, None, np.ascontiguousarray(eigvecs[:, ::-1].T), False)
     return stats.mu, eigvals, np.sqrt(eigvals * (n_samples - 1)), Vt
+
+
+def _truncated_svd_centered(op, n_components, solver, random_state, **params):
+    """scikit-learn's truncated PCA solvers ("arpack", "randomized") on the
+    implicitly centered operator ``T - 1 mu^T``.
+
+    scikit-learn centers sparse input implicitly too (``_implicit_column_offset``);
+    here the offset lives in an :class:`AffineOperator`, whose products are
+    ``T X - 1 (mu^T X)`` and ``T^T Y - mu (1^T Y)``: the sources are never
+    centered, so the sparse ones stay sparse. The total variance (``ddof=1``)
+    comes from the factorized column sums of squares.
+
+    Returns
+    -------
+    mean : ndarray of shape (n_features,)
+    U : array of shape (n_samples, n_components)
+    S : array of shape (n_components,)
+    Vt : array of shape (n_components, n_features)
+    total_var : float
+    """
+    n_samples, n_features = op.shape
+    mean = host64(op.col_sums()) / n_samples
+    sq = host64(op.col_sq_sums())
+    total_var = float(np.maximum(sq - n_samples * mean**2, 0.0).sum())
+    total_var /= n_samples - 1
+    centered = AffineOperator(op, offset=mean)
+    if solver == "arpack":
+        v0 = _init_arpack_v0(min(op.shape), random_state)
+        U, S, Vt = _arpack_svd(centered, n_components, v0, tol=params["tol"])
+    else:
+        U, S, Vt = _randomized_svd(
+            centered,
+            n_components,
+            random_state,
+            n_oversamples=params["n_oversamples"],
+            n_iter=params["iterated_power"],
+            power_iteration_normalizer=params["power_iteration_normalizer"],
+            flip_sign=False,
+        )
+        U, Vt = _svd_flip(op.xp, U, Vt, u_based_decision=False)
+    return mean, U, S, Vt, total_var
 
 
 def _n_kept(n_components, explained_variance, ratio, n_samples):
@@ -125,10 +172,40 @@ class FactorizedPCA(
         ``[0, min(n_samples, n_features)]``; a float in (0, 1), the smallest number
         of components whose explained variance ratio exceeds it; "mle", Minka's
         MLE of the dimension (needs ``n_samples >= n_features``); None,
-        ``min(n_samples, n_features)``.
+        ``min(n_samples, n_features)``. The truncated solvers take an int in
+        ``[1, min(n_samples, n_features)]`` (below it for "arpack"; None is
+        ``min(n_samples, n_features) - 1`` there).
     whiten : bool, default=False
         Divide the projections by ``sqrt(explained_variance_)`` (unit variance
         components). :meth:`inverse_transform` undoes it.
+    svd_solver : {"covariance_eigh", "arpack", "randomized"}, \
+            default="covariance_eigh"
+        * "covariance_eigh": the eigendecomposition of the covariance, from the
+          factorized gram; one pass over the data, then an (n_features,
+          n_features) eigenproblem: the choice up to a few thousand features.
+        * "arpack": ARPACK's truncated SVD (:func:`scipy.sparse.linalg.svds`) of
+          the implicitly centered data, from products only (CPU only).
+        * "randomized": Halko et al.'s randomized SVD of the implicitly centered
+          data, from products only.
+
+        The truncated solvers never form the gram, for wide (one-hot) data whose
+        eigenproblem would be too large; their results equal scikit-learn's PCA
+        with the same solver and ``random_state`` up to rounding. Unlike
+        scikit-learn, "randomized" also takes sparse data (the centering stays
+        implicit).
+    tol : float, default=0.0
+        ARPACK's tolerance ("arpack" only).
+    iterated_power : int or "auto", default="auto"
+        Power iterations of "randomized" ("auto": 7 when ``n_components`` is below
+        a tenth of ``min(n_samples, n_features)``, else 4).
+    n_oversamples : int, default=10
+        Extra random directions of "randomized".
+    power_iteration_normalizer : {"auto", "QR", "LU", "none"}, default="auto"
+        Normalization between the power iterations of "randomized", as
+        scikit-learn's ("auto": "none" for ``iterated_power <= 2``, else "LU").
+    random_state : int, RandomState instance or None, default=None
+        Seeds "arpack"'s starting vector and "randomized"'s random matrix, drawn
+        as scikit-learn draws them.
     strategy : {"factorized", "materialized"}, default="factorized"
         For a :class:`~ilargi_sklearn.MultiSourceDataset`: compute on the sources
         ("factorized") or on the joined matrix built once ("materialized"). Arrays
@@ -137,9 +214,12 @@ class FactorizedPCA(
         Where the gram and the projections are computed: "auto" where the data
         lives, "cpu", or "gpu" (CuPy; a dataset is moved once and its device copy
         cached). The (n_features, n_features) eigenproblem always runs on the host
-        in float64; the fitted attributes stay where the fit ran, ``transform``
-        returns the caller's array type and pickles hold NumPy arrays. "gpu"
-        without a usable GPU raises a ``RuntimeError`` with the probe's reason.
+        in float64; "arpack" raises
+        :class:`~ilargi_sklearn._backend._plan.UnsupportedOnDeviceError` on a
+        device (use ``device="cpu"``); the fitted attributes stay where the fit
+        ran, ``transform`` returns the caller's array type and pickles hold NumPy
+        arrays. "gpu" without a usable GPU raises a ``RuntimeError`` with the
+        probe's reason.
 
     Attributes
     ----------
@@ -171,7 +251,7 @@ class FactorizedPCA(
     See Also
     --------
     sklearn.decomposition.PCA : The scikit-learn estimator this one reproduces
-        (``svd_solver="covariance_eigh"``).
+        (``svd_solver="covariance_eigh"``, "arpack" or "randomized").
     FactorizedTruncatedSVD : Factorized truncated SVD, without centering.
     FactorizedStandardScaler : Factorized standardization, often applied first.
 
@@ -189,12 +269,21 @@ class FactorizedPCA(
     :meth:`score_samples` needs the squared row norms of ``T - 1 mu^T``, which are
     ``rownorms(T)^2 - 2 T mu + ||mu||^2``.
 
+    The truncated solvers run on the operator ``T - 1 mu^T`` whose products are
+    ``T X - 1 (mu^T X)`` and ``T^T Y - mu (1^T Y)``
+    (:class:`~ilargi_sklearn.multisource.AffineOperator`); the total variance of
+    ``explained_variance_ratio_`` is ``sum_j (s2_j - n mu_j^2) / (n - 1)`` from the
+    factorized column sums of squares ``s2``.
+
     Accuracy: forming the gram squares the condition number, as scikit-learn's
     ``covariance_eigh`` does: eigenvalues far below the largest (below about
-    ``1e-8`` of it in float64) carry absolute errors of that order, and
+    ``1e-8`` of it in float64) carry absolute errors of that order (a zero
+    singular value comes out near ``sqrt(eps)`` times the largest), and
     eigenvectors of (nearly) equal eigenvalues are determined only up to a rotation
-    within their eigenspace. The gram is always accumulated in float64, so float32
-    data lose no more than the rounding of the data themselves.
+    within their eigenspace. The gram is accumulated in the data's dtype and its
+    eigenproblem solved in float64. Where the two largest entries of a component
+    are equal in magnitude (duplicate one-hot columns), which one decides its sign
+    is left to rounding, here as in scikit-learn.
 
     References
     ----------
@@ -231,20 +320,89 @@ class FactorizedPCA(
             None,
         ],
         "whiten": ["boolean"],
+        "svd_solver": [StrOptions({"covariance_eigh", "arpack", "randomized"})],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "iterated_power": [
+            StrOptions({"auto"}),
+            Interval(Integral, 0, None, closed="left"),
+        ],
+        "n_oversamples": [Interval(Integral, 1, None, closed="left")],
+        "power_iteration_normalizer": [StrOptions({"auto", "QR", "LU", "none"})],
+        "random_state": ["random_state"],
         "strategy": [StrOptions(set(STRATEGIES))],
         "device": [StrOptions(set(DEVICE_OPTIONS))],
     }
 
     def __init__(
-        self, n_components=None, *, whiten=False, strategy="factorized", device="auto"
+        self,
+        n_components=None,
+        *,
+        whiten=False,
+        svd_solver="covariance_eigh",
+        tol=0.0,
+        iterated_power="auto",
+        n_oversamples=10,
+        power_iteration_normalizer="auto",
+        random_state=None,
+        strategy="factorized",
+        device="auto",
     ):
         self.n_components = n_components
         self.whiten = whiten
+        self.svd_solver = svd_solver
+        self.tol = tol
+        self.iterated_power = iterated_power
+        self.n_oversamples = n_oversamples
+        self.power_iteration_normalizer = power_iteration_normalizer
+        self.random_state = random_state
         self.strategy = strategy
         self.device = device
 
+    def _check_n_components(self, n_samples, n_features):
+        """``n_components`` resolved and checked as scikit-learn's PCA does for
+        the solver."""
+        solver = self.svd_solver
+        n_components = self.n_components
+        if n_components is None:
+            n_components = min(n_samples, n_features) - (solver == "arpack")
+        if solver == "covariance_eigh":
+            if n_components == "mle":
+                if n_samples < n_features:
+                    raise ValueError(
+                        "n_components='mle' is only supported if n_samples >= "
+                        "n_features"
+                    )
+            elif not 0 <= n_components <= min(n_samples, n_features):
+                raise ValueError(
+                    f"n_components={n_components} must be between 0 and "
+                    f"min(n_samples, n_features)={min(n_samples, n_features)} with "
+                    "svd_solver='covariance_eigh'"
+                )
+            return n_components
+        if isinstance(n_components, str):
+            raise ValueError(
+                f"n_components={n_components!r} cannot be a string with "
+                f"svd_solver='{solver}'"
+            )
+        if not 1 <= n_components <= min(n_samples, n_features):
+            raise ValueError(
+                f"n_components={n_components!r} must be between 1 and "
+                f"min(n_samples, n_features)={min(n_samples, n_features)!r} with "
+                f"svd_solver='{solver}'"
+            )
+        if solver == "arpack" and n_components == min(n_samples, n_features):
+            raise ValueError(
+                f"n_components={n_components!r} must be strictly less than "
+                f"min(n_samples, n_features)={min(n_samples, n_features)!r} with "
+                f"svd_solver='{solver}'"
+            )
+        return n_components
+
     def _fit(self, X):
+        """Fit; returns the operator and, for the truncated solvers, ``U`` (which
+        ``fit_transform`` scales, as scikit-learn's does)."""
         op = validate_X(self, X, reset=True, strategy=self.strategy, device=self.device)
+        xp = op.xp
         n_samples, n_features = op.shape
         name = type(self).__name__
         if n_samples < 2:
@@ -253,38 +411,48 @@ class FactorizedPCA(
                 f"n_samples={n_samples}: {name} needs at least 2 samples to estimate "
                 "a covariance."
             )
-        n_components = self.n_components
-        if n_components is None:
-            n_components = min(n_samples, n_features)
-        elif n_components == "mle":
-            if n_samples < n_features:
-                raise ValueError(
-                    "n_components='mle' is only supported if n_samples >= n_features"
-                )
-        elif not 0 <= n_components <= min(n_samples, n_features):
-            raise ValueError(
-                f"n_components={n_components} must be between 0 and "
-                f"min(n_samples, n_features)={min(n_samples, n_features)} with "
-                "svd_solver='covariance_eigh'"
+        n_components = self._check_n_components(n_samples, n_features)
+        U = None
+        if self.svd_solver == "covariance_eigh":
+            mean, ev, S, Vt = _covariance_eigh(op)
+            ratio = ev / ev.sum()
+            k = _n_kept(n_components, ev, ratio, n_samples)
+            noise = float(np.mean(ev[k:])) if k < min(n_features, n_samples) else 0.0
+            ev, ratio, S, Vt = ev[:k], ratio[:k], S[:k], Vt[:k]
+        else:
+            k = int(n_components)
+            mean, U, S, Vt, total_var = _truncated_svd_centered(
+                op,
+                k,
+                self.svd_solver,
+                check_random_state(self.random_state),
+                tol=self.tol,
+                iterated_power=self.iterated_power,
+                n_oversamples=self.n_oversamples,
+                power_iteration_normalizer=self.power_iteration_normalizer,
             )
-        mean, ev, S, Vt = _covariance_eigh(op)
-        ratio = ev / ev.sum()
-        k = _n_kept(n_components, ev, ratio, n_samples)
-        noise = float(np.mean(ev[k:])) if k < min(n_features, n_samples) else 0.0
+            S = host64(S)
+            ev = S**2 / (n_samples - 1)
+            ratio = ev / total_var
+            noise = 0.0
+            if k < min(n_features, n_samples):
+                noise = (total_var - ev.sum()) / (min(n_features, n_samples) - k)
 
         # Fitted attributes stay where the fit ran, in the data's dtype.
         def place(a):
-            return asarray_on(np.ascontiguousarray(a), op.xp, op.device, op.dtype)
+            if isinstance(a, np.ndarray):
+                a = np.ascontiguousarray(a)
+            return asarray_on(a, xp, op.device, op.dtype)
 
         self.mean_ = place(mean)
-        self.components_ = place(Vt[:k])
-        self.explained_variance_ = place(ev[:k])
-        self.explained_variance_ratio_ = place(ratio[:k])
-        self.singular_values_ = place(S[:k])
+        self.components_ = place(Vt)
+        self.explained_variance_ = place(ev)
+        self.explained_variance_ratio_ = place(ratio)
+        self.singular_values_ = place(S)
         self.noise_variance_ = np.dtype(op.dtype).type(noise)
         self.n_components_ = k
         self.n_samples_ = n_samples
-        return op
+        return op, (None if U is None else place(U))
 
     def _transform_op(self, op):
         xp = op.xp
@@ -335,7 +503,13 @@ class FactorizedPCA(
             Projections (whitened when ``whiten=True``).
         """
         caller = Caller(X)
-        return caller.give(self._transform_op(self._fit(X)))
+        op, U = self._fit(X)
+        if U is None:  # covariance_eigh computes no U
+            return caller.give(self._transform_op(op))
+        # scikit-learn's truncated solvers return the scaled U: X V = U S.
+        if self.whiten:
+            return caller.give(U * float(np.sqrt(op.n_rows - 1)))
+        return caller.give(U * asarray_on(self.singular_values_, op.xp, op.device))
 
     def transform(self, X):
         """Project ``X`` on the principal axes: ``(X - mean_) @ components_.T``.
