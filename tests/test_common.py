@@ -44,6 +44,7 @@ ESTIMATORS = [
     FactorizedGNMF(n_components=2, max_iter=2000, tol=1e-10, random_state=0),
     FactorizedStandardScaler(),
     FactorizedPCA(),
+    FactorizedPCA(n_components=1, svd_solver="randomized", random_state=0),
     FactorizedTruncatedSVD(n_components=1, random_state=0),
     # AutoPlan fits an array as it is (plan "materialized-cpu"), so these run the
     # checks through its delegation. The scaler has no plans (no ``strategy``).
