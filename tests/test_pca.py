@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from _helpers import assert_close, dense, tolerance
+from sklearn.base import clone
 from sklearn.decomposition import PCA, TruncatedSVD
 from sklearn.linear_model import LinearRegression
 from sklearn.model_selection import GridSearchCV, cross_val_score
@@ -461,6 +462,43 @@ def test_transform_datasets_built_with_the_training_schema():
         new = est.dataset_schema_.build(frames["flights"].iloc[rows], tables)
         assert new.shape[1] == ds.shape[1]
         _close(est.transform(new), est.transform(ds[rows]), ds.dtype, "operator")
+
+
+# ------------------------------------------------------------------ devices
+@pytest.mark.parametrize(
+    "est",
+    [
+        FactorizedPCA(3, whiten=True),
+        FactorizedPCA(3, svd_solver="randomized", whiten=True, random_state=0),
+        FactorizedTruncatedSVD(3, random_state=0),
+    ],
+    ids=["pca", "pca-randomized", "svd"],
+)
+def test_every_method_on_a_device_dataset_matches_the_host(est, namespace):
+    """Fit and every method on a dataset in another namespace: the host's results
+    (the randomized SVD normalizes by Cholesky QR there instead of LU: the same
+    subspace, another rounding), returned in that namespace."""
+    from ilargi_sklearn._backend._namespace import get_namespace
+
+    xp, device = namespace
+    ds = random_dataset(0, n_rows=90, scenario="left")
+    dsd = ds.to_device(device, namespace=None if isinstance(device, str) else xp)
+    host = clone(est).fit(ds)
+    dev = clone(est).fit(dsd)
+    outputs = {
+        "transform": (host.transform(ds), dev.transform(dsd)),
+        "fit_transform": (clone(est).fit_transform(ds), clone(est).fit_transform(dsd)),
+        "inverse_transform": (
+            host.inverse_transform(host.transform(ds)),
+            dev.inverse_transform(dev.transform(dsd)),
+        ),
+    }
+    if hasattr(est, "score_samples"):
+        outputs["score_samples"] = (host.score_samples(ds), dev.score_samples(dsd))
+        outputs["get_covariance"] = (host.get_covariance(), dev.get_covariance())
+    for method, (want, got) in outputs.items():
+        assert get_namespace(got) is get_namespace(xp.asarray(0)), method
+        _close(got, want, ds.dtype, "device_fit", method)
 
 
 # ------------------------------------------------------------------ real data

@@ -674,7 +674,7 @@ class FactorizedPCA(
         if c:
             row_sq = xp.astype(op.row_sq_norms(), f64)
             quad = quad + c * (row_sq - 2.0 * Tmu + float(mu @ mu))
-        const = 0.5 * (n_features * log(2.0 * np.pi) - fast_logdet(precision))
+        const = 0.5 * (n_features * log(2.0 * np.pi) - float(fast_logdet(precision)))
         ll = -0.5 * quad - const
         return caller.give(xp.astype(ll, namespace_dtype(xp, op.dtype)))
 
