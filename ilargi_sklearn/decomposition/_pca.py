@@ -43,7 +43,12 @@ from ilargi_sklearn._backend._namespace import (
     numpy_dtype,
 )
 from ilargi_sklearn._backend._plan import DEVICE_OPTIONS, STRATEGIES
-from ilargi_sklearn.decomposition._svd import _arpack_svd, _randomized_svd, _svd_flip
+from ilargi_sklearn.decomposition._svd import (
+    _arpack_svd,
+    _randomized_svd,
+    _svd_flip,
+    _total_variance,
+)
 from ilargi_sklearn.multisource import AffineOperator
 from ilargi_sklearn.utils._stats import centered_gram, host64
 from ilargi_sklearn.utils._validation import (
@@ -100,11 +105,8 @@ def _truncated_svd_centered(op, n_components, solver, random_state, **params):
     Vt : array of shape (n_components, n_features)
     total_var : float
     """
-    n_samples, n_features = op.shape
-    mean = host64(op.col_sums()) / n_samples
-    sq = host64(op.col_sq_sums())
-    total_var = float(np.maximum(sq - n_samples * mean**2, 0.0).sum())
-    total_var /= n_samples - 1
+    mean = host64(op.col_sums()) / op.n_rows
+    total_var = _total_variance(op, ddof=1)
     centered = AffineOperator(op, offset=mean)
     if solver == "arpack":
         v0 = _init_arpack_v0(min(op.shape), random_state)

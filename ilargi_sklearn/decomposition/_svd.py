@@ -177,6 +177,16 @@ def _randomized_svd(
     )
 
 
+def _total_variance(op, ddof=0):
+    """``sum_j var(T[:, j])`` from the factorized column sums and sums of squares
+    (float64): ``sum_j (s2_j - n mu_j^2) / (n - ddof)``, clipped at zero per
+    column against cancellation."""
+    n = op.n_rows
+    mean = np.asarray(to_numpy(op.col_sums()), dtype=np.float64) / n
+    sq = np.asarray(to_numpy(op.col_sq_sums()), dtype=np.float64)
+    return float(np.maximum(sq - n * mean**2, 0.0).sum()) / (n - ddof)
+
+
 def _linear_operator(op):
     """``op`` as a SciPy ``LinearOperator`` (NumPy operators only)."""
     if not is_numpy_namespace(op.xp):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from numbers import Integral, Real
 
-import numpy as np
 from sklearn.base import (
     BaseEstimator,
     ClassNamePrefixFeaturesOutMixin,
@@ -21,13 +20,14 @@ from sklearn.utils._arpack import _init_arpack_v0
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ilargi_sklearn._backend._namespace import (
-    asarray_on,
-    is_numpy_namespace,
-    to_numpy,
-)
+from ilargi_sklearn._backend._namespace import asarray_on, is_numpy_namespace
 from ilargi_sklearn._backend._plan import DEVICE_OPTIONS, STRATEGIES
-from ilargi_sklearn.decomposition._svd import _arpack_svd, _randomized_svd, _svd_flip
+from ilargi_sklearn.decomposition._svd import (
+    _arpack_svd,
+    _randomized_svd,
+    _svd_flip,
+    _total_variance,
+)
 from ilargi_sklearn.utils._validation import (
     Caller,
     DeviceMixin,
@@ -36,15 +36,6 @@ from ilargi_sklearn.utils._validation import (
 )
 
 __all__ = ["FactorizedTruncatedSVD"]
-
-
-def _total_variance(op):
-    """``sum_j var(T[:, j])`` (``ddof=0``) from the factorized column sums and
-    sums of squares, in float64."""
-    n = op.n_rows
-    mean = np.asarray(to_numpy(op.col_sums()), dtype=np.float64) / n
-    sq = np.asarray(to_numpy(op.col_sq_sums()), dtype=np.float64) / n
-    return float(np.maximum(sq - mean**2, 0.0).sum())
 
 
 class FactorizedTruncatedSVD(
