@@ -666,7 +666,8 @@ class FactorizedPCA(
             c = 0.0
             lam, W = np.linalg.eigh(precision)
             W, M = W.T, np.diag(lam)
-        # One product for T mu and T W^T, in float64 where the data live.
+        # One product gives T mu and T W^T (in the data's dtype); the quadratic
+        # form is then summed in float64 where the data live.
         B = asarray_on(np.column_stack([mu, W.T]), xp, op.device, op.dtype)
         f64 = namespace_dtype(xp, np.float64)
         P = xp.astype(op.matmul(B), f64)

@@ -2,11 +2,13 @@
 decomposition estimators.
 
 :func:`_randomized_svd` is scikit-learn's ``randomized_svd`` (Halko et al.) over
-``op.matmul`` / ``op.rmatmul``: GNMF's NNDSVD initialization and
-:class:`~ilargi_sklearn.decomposition.FactorizedTruncatedSVD` call it.
-:func:`_arpack_svd` is :func:`scipy.sparse.linalg.svds` on a ``LinearOperator``
-made of the same two products. :func:`_svd_flip` is scikit-learn's sign
-convention, in any namespace.
+``op.matmul`` / ``op.rmatmul``: GNMF's NNDSVD initialization,
+:class:`~ilargi_sklearn.decomposition.FactorizedTruncatedSVD` and the truncated
+solvers of :class:`~ilargi_sklearn.decomposition.FactorizedPCA` (on the
+implicitly centered operator) call it. :func:`_arpack_svd` is
+:func:`scipy.sparse.linalg.svds` on a ``LinearOperator`` made of the same two
+products. :func:`_svd_flip` is scikit-learn's sign convention, in any namespace;
+:func:`_total_variance` the denominator of ``explained_variance_ratio_``.
 """
 
 from __future__ import annotations
