@@ -29,6 +29,7 @@ from ilargi_sklearn.linear_model import (
     FactorizedTweedieRegressor,
 )
 from ilargi_sklearn.preprocessing import FactorizedPolynomialFeatures
+from ilargi_sklearn.decomposition import FactorizedPCA, FactorizedTruncatedSVD
 from ilargi_sklearn.utils._testing import random_dataset
 from ilargi_sklearn.utils.estimator_checks import (
     _assert_outputs_close,
@@ -61,6 +62,9 @@ ESTIMATORS = [
     FactorizedPoissonRegressor(),
     FactorizedGammaRegressor(),
     FactorizedTweedieRegressor(power=1.5),
+    FactorizedPCA(),
+    FactorizedPCA(n_components=1, svd_solver="randomized", random_state=0),
+    FactorizedTruncatedSVD(n_components=1, random_state=0),
     # AutoPlan fits an array as it is (plan "materialized-cpu"), so these run the
     # checks through its delegation. The scaler has no plans (no ``strategy``).
     _auto(FactorizedLinearRegression()),
@@ -150,6 +154,8 @@ CASES = [
         partial(glm_data, family="gamma"),
     ),
     ("tweedie", FactorizedTweedieRegressor(power=1.5, alpha=0.01, tol=1e-8), glm_data),
+    ("pca", FactorizedPCA(n_components=3, whiten=True), _unsupervised_data),
+    ("svd", FactorizedTruncatedSVD(n_components=3, random_state=0), _unsupervised_data),
 ]
 CASES += [(f"auto-{name}", _auto(est), data) for name, est, data in CASES]
 

@@ -11,7 +11,8 @@ from sklearn.decomposition import NMF
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
 from ilargi_sklearn.decomposition import FactorizedGNMF
-from ilargi_sklearn.decomposition._gnmf import _frobenius_error, _randomized_svd
+from ilargi_sklearn.decomposition._gnmf import _frobenius_error
+from ilargi_sklearn.decomposition._svd import _randomized_svd
 from ilargi_sklearn.multisource import FactorizedMatrix, MatrixOperator
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
 

@@ -18,11 +18,9 @@ not built at all: :class:`_BlockedNumerator` assembles it block by block from
 per-source tables inside the pass (numba's ``mu_rows`` where it applies), which
 takes one n x k array off the peak memory.
 
-The initializations (:func:`_initialize_gnmf`, with the randomized SVD
-:func:`_randomized_svd` for NNDSVD) are namespace-generic too; the random draws
-always come from scikit-learn's host stream, and the NumPy-only factorizations
-that scikit-learn's ``randomized_svd`` uses are chosen in
-:func:`_range_finder_linalg`.
+The initializations (:func:`_initialize_gnmf`, with the randomized SVD of
+:mod:`~ilargi_sklearn.decomposition._svd` for NNDSVD) are namespace-generic too;
+the random draws always come from scikit-learn's host stream.
 """
 
 from __future__ import annotations
@@ -35,7 +33,6 @@ from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
-from scipy import linalg
 from sklearn.base import (
     BaseEstimator,
     ClassNamePrefixFeaturesOutMixin,
@@ -69,6 +66,7 @@ from ilargi_sklearn.decomposition._gnmf_numba import (
     mu_update,
     segment_sum_rows,
 )
+from ilargi_sklearn.decomposition._svd import _randomized_svd
 from ilargi_sklearn.multisource._operators import fused_layout
 from ilargi_sklearn.utils._validation import (
     Caller,
@@ -804,132 +802,6 @@ def _fit_multiplicative_update(
 
 
 # ---------------------------------------------------------------- initialization
-def _svd_plan(op, n_components, n_oversamples):
-    """Sketch size, power iterations and orientation of the randomized SVD.
-
-    scikit-learn's ``randomized_svd`` choices (``n_iter="auto"``,
-    ``transpose="auto"``); the products run on ``T`` or, transposed, on ``T^T``.
-    """
-    n_samples, n_features = op.shape
-    n_random = n_components + n_oversamples
-    n_iter = 7 if n_components < 0.1 * min(n_samples, n_features) else 4
-    transpose = n_samples < n_features
-    if transpose:
-        return n_random, n_iter, transpose, op.rmatmul, op.matmul, n_samples
-    return n_random, n_iter, transpose, op.matmul, op.rmatmul, n_features
-
-
-def _range_finder_linalg(xp):
-    """``(normalize, orthonormalize, svd)`` of :func:`_randomized_svd` in ``xp``.
-
-    On NumPy these are scikit-learn's own (``_randomized_range_finder`` with
-    ``power_iteration_normalizer="auto"``: SciPy's LU between the power iterations,
-    as ``n_iter`` is 4 or 7, Householder QR at the end, LAPACK's ``gesdd``), so that
-    the result, and with it the seeded NNDSVD initializations, equals scikit-learn's
-    ``randomized_svd`` on the joined matrix up to rounding. Other namespaces
-    normalize by Cholesky QR on their device (:func:`_orthonormal`) instead of a
-    host LU: both span the same subspace, so the triplets agree up to rounding,
-    without an n-length round trip per iteration.
-    """
-    if is_numpy_namespace(xp):
-
-        def lu(A):
-            return linalg.lu(A, permute_l=True, check_finite=False)[0]
-
-        def qr(A):
-            return linalg.qr(A, mode="economic", check_finite=False)[0]
-
-        def svd(B):
-            return linalg.svd(B, full_matrices=False, lapack_driver="gesdd")
-
-        return lu, qr, svd
-
-    def orthonormal(A):
-        return _orthonormal(xp, A)
-
-    def svd(B):
-        return xp.linalg.svd(B, full_matrices=False)
-
-    return orthonormal, orthonormal, svd
-
-
-def _orthonormal(xp, Q):
-    """An orthonormal basis of the columns of a tall ``Q`` on its device.
-
-    Cholesky QR, twice: ``Q <- Q L^{-T}`` with ``L L^T = Q^T Q``, a product and a
-    small host Cholesky per pass, instead of a Householder QR, which on a tall
-    matrix runs one column at a time. Two passes reach working accuracy while
-    ``cond(Q)^2`` stays below ``1 / (100 eps)``; a worse conditioned ``Q`` goes to
-    ``xp.linalg.qr``. Both span the same subspace, and the randomized SVD's result
-    does not depend on the basis.
-    """
-    limit = 0.01 / float(np.finfo(numpy_dtype(Q.dtype)).eps)
-    for _ in range(2):
-        G = np.asarray(to_numpy(_gram(xp, Q)), dtype=np.float64)
-        G = 0.5 * (G + G.T)
-        if not np.all(np.isfinite(G)) or np.linalg.cond(G) > limit:
-            return xp.linalg.qr(Q)[0]
-        try:
-            L = np.linalg.cholesky(G)
-        except np.linalg.LinAlgError:
-            return xp.linalg.qr(Q)[0]
-        L_inv_t = linalg.solve_triangular(L, np.eye(L.shape[0]), lower=True).T
-        Q = Q @ asarray_on(L_inv_t, xp, device_of(Q), numpy_dtype(Q.dtype))
-    return Q
-
-
-def _svd_flip(xp, u, v, u_based_decision=True):
-    """scikit-learn's ``svd_flip``: the largest entry (in absolute value) of each
-    column of ``u`` (or row of ``v``) is made positive."""
-    ref = xp.matrix_transpose(u) if u_based_decision else v
-    n, m = ref.shape
-    rows = xp.argmax(xp.abs(ref), axis=1)
-    flat = rows + xp.arange(n, dtype=rows.dtype, device=device_of(ref)) * m
-    signs = xp.sign(xp.take(xp.reshape(ref, (-1,)), flat, axis=0))
-    return u * signs[None, :], v * signs[:, None]
-
-
-def _randomized_svd(op, n_components, random_state, n_oversamples=10):
-    """Truncated SVD of ``T`` from products only (scikit-learn's ``_randomized_svd``).
-
-    The Halko et al. randomized range finder needs ``T @ Q`` and ``T^T @ Q`` with
-    ``n_components + n_oversamples`` columns; the small SVD is of ``Q^T T``, itself a
-    product. Same defaults as scikit-learn (``n_iter="auto"``, ``transpose="auto"``,
-    sign flip) and the same random matrix, drawn from scikit-learn's host stream
-    and uploaded once; the factorizations are :func:`_range_finder_linalg`'s. Every
-    n-length array stays on ``op``'s device.
-
-    Returns
-    -------
-    U : array of shape (n_samples, n_components)
-    S : array of shape (n_components,)
-    Vt : array of shape (n_components, n_features)
-    """
-    xp = op.xp
-    random_state = check_random_state(random_state)
-    n_random, n_iter, transpose, matmul, rmatmul, n_cols = _svd_plan(
-        op, n_components, n_oversamples
-    )
-    Q = random_state.normal(size=(n_cols, n_random))
-    dtype = np.float32 if op.dtype == np.float32 else np.float64
-    Q = asarray_on(Q.astype(dtype, copy=False), xp, op.device)
-    normalize, orthonormalize, svd = _range_finder_linalg(xp)
-    for _ in range(n_iter):
-        Q = normalize(rmatmul(normalize(matmul(Q))))
-    Q = orthonormalize(matmul(Q))
-    Uhat, s, Vt = svd(xp.matrix_transpose(rmatmul(Q)))
-    U = Q @ Uhat
-    if not transpose:
-        U, Vt = _svd_flip(xp, U, Vt)
-        return U[:, :n_components], s[:n_components], Vt[:n_components, :]
-    U, Vt = _svd_flip(xp, U, Vt, u_based_decision=False)
-    return (
-        xp.matrix_transpose(Vt[:n_components, :]),
-        s[:n_components],
-        xp.matrix_transpose(U[:, :n_components]),
-    )
-
-
 def _fill_zeros(xp, A, values):
     """``A[A == 0] = values`` (row-major order of the zeros) without fancy
     indexing, which not every namespace has: the k-th zero takes ``values[k]``."""

@@ -525,6 +525,11 @@ class FactorizedMatrix(Operator):
 
     def matmul(self, X: Any, out: Any = None) -> Any:
         X = as_array(X)
+        if isinstance(X, np.ndarray) and not X.flags.c_contiguous:
+            # A transposed right-hand side (``components_.T``) is parameter-sized:
+            # copied C-ordered, the row blocks' products and gathers stay on BLAS
+            # and contiguous rows (7x faster at 5e5 x 25, k = 5).
+            X = np.ascontiguousarray(X)
         dtype = result_dtype(self.dtype, X)
         shape = (self.n_rows,) + tuple(X.shape[1:])
         if out is not None:
