@@ -12,7 +12,14 @@ Usage::
         --work /tmp/calib [--budget 600] [--install]
 
 ``--install`` copies ``cost_model.cbm`` and ``calibration.jsonl`` into
-``ilargi_sklearn/planner/data/``. The run resumes from ``WORK/calibration.jsonl``
+``ilargi_sklearn/planner/data/``. ``--estimators ridge,lasso,...`` times only those
+kinds; with ``--extend`` the shipped records are kept and trained on too, and the
+installed records are the shipped ones plus the new (the way a new estimator joins
+the shipped model without re-timing the others):
+
+    python benchmarks/calibrate_default.py --hamlet ../shared/data/hamlet \
+        --work /tmp/calib --budget 420 --estimators ridge,lasso,glm,pca,svd \
+        --extend --install The run resumes from ``WORK/calibration.jsonl``
 when interrupted. Hardware figures are measured into ``WORK/cache`` (set as
 ``ILARGI_CACHE_DIR``), so the user's own cache is left alone.
 """
@@ -34,6 +41,8 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=600.0)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--install", action="store_true")
+    ap.add_argument("--estimators", default=None, help="kinds to time (default all)")
+    ap.add_argument("--extend", action="store_true", help="keep the shipped records")
     args = ap.parse_args(argv)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -41,6 +50,13 @@ def main(argv=None):
     logging.basicConfig(level=logging.INFO, filename=work / "calibrate.log")
 
     from ilargi_sklearn.planner import calibrate
+    from ilargi_sklearn.planner._calibrate import ESTIMATORS
+    from ilargi_sklearn.planner._cost_model import shipped_records_path
+
+    estimators = args.estimators.split(",") if args.estimators else ESTIMATORS
+    shipped = Path(shipped_records_path())
+    # Read before --install overwrites it.
+    shipped_text = shipped.read_text() if args.extend else ""
 
     t0 = time.perf_counter()
     result = calibrate(
@@ -49,11 +65,13 @@ def main(argv=None):
         hamlet_path=args.hamlet,
         repeats=args.repeats,
         random_state=0,
+        estimators=estimators,
         progress=True,
         model_path=work / "cost_model.cbm",
         # The shipped model is this run's records alone, measured on the current
-        # kernels (the records it replaces are not).
-        base_records=None,
+        # kernels (the records it replaces are not), unless the run only adds
+        # estimators to it.
+        base_records=shipped if args.extend else None,
         install="always",
     )
     print(result.summary())
@@ -64,7 +82,8 @@ def main(argv=None):
         )
         data.mkdir(exist_ok=True)
         shutil.copyfile(result.model_path, data / "cost_model.cbm")
-        shutil.copyfile(work / "calibration.jsonl", data / "calibration.jsonl")
+        new = (work / "calibration.jsonl").read_text()
+        (data / "calibration.jsonl").write_text(shipped_text + new)
         print(f"installed into {data}")
 
 

@@ -12,14 +12,28 @@ from ilargi_sklearn._backend._plan import (
     UnsupportedOnDeviceError,
 )
 from ilargi_sklearn.cluster import FactorizedKMeans
-from ilargi_sklearn.decomposition import FactorizedGNMF
+from ilargi_sklearn.decomposition import (
+    FactorizedGNMF,
+    FactorizedPCA,
+    FactorizedTruncatedSVD,
+)
 from ilargi_sklearn.linear_model import (
+    FactorizedElasticNet,
+    FactorizedGammaRegressor,
+    FactorizedLasso,
     FactorizedLinearRegression,
     FactorizedLogisticRegression,
+    FactorizedPoissonRegressor,
+    FactorizedRidge,
+    FactorizedRidgeClassifier,
+    FactorizedTweedieRegressor,
 )
 from ilargi_sklearn.multisource import Join, MultiSourceDataset
 from ilargi_sklearn.planner import AutoPlan
-from ilargi_sklearn.preprocessing import FactorizedStandardScaler
+from ilargi_sklearn.preprocessing import (
+    FactorizedPolynomialFeatures,
+    FactorizedStandardScaler,
+)
 
 __version__ = "0.1.0"
 
@@ -28,11 +42,21 @@ _compat.install()
 __all__ = [
     "AutoPlan",
     "DeviceUnavailableError",
+    "FactorizedElasticNet",
     "FactorizedGNMF",
+    "FactorizedGammaRegressor",
     "FactorizedKMeans",
+    "FactorizedLasso",
     "FactorizedLinearRegression",
     "FactorizedLogisticRegression",
+    "FactorizedPCA",
+    "FactorizedPoissonRegressor",
+    "FactorizedPolynomialFeatures",
+    "FactorizedRidge",
+    "FactorizedRidgeClassifier",
     "FactorizedStandardScaler",
+    "FactorizedTruncatedSVD",
+    "FactorizedTweedieRegressor",
     "Join",
     "MultiSourceDataset",
     "Plan",

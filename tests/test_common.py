@@ -12,24 +12,23 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from ilargi_sklearn import (
     AutoPlan,
-    FactorizedGNMF,
-    FactorizedKMeans,
-    FactorizedLinearRegression,
-    FactorizedLogisticRegression,
-    FactorizedStandardScaler,
-)
-from ilargi_sklearn._backend._namespace import get_namespace, is_numpy_namespace
-from ilargi_sklearn.linear_model import (
     FactorizedElasticNet,
     FactorizedGammaRegressor,
+    FactorizedGNMF,
+    FactorizedKMeans,
     FactorizedLasso,
+    FactorizedLinearRegression,
+    FactorizedLogisticRegression,
+    FactorizedPCA,
     FactorizedPoissonRegressor,
+    FactorizedPolynomialFeatures,
     FactorizedRidge,
     FactorizedRidgeClassifier,
+    FactorizedStandardScaler,
+    FactorizedTruncatedSVD,
     FactorizedTweedieRegressor,
 )
-from ilargi_sklearn.preprocessing import FactorizedPolynomialFeatures
-from ilargi_sklearn.decomposition import FactorizedPCA, FactorizedTruncatedSVD
+from ilargi_sklearn._backend._namespace import get_namespace, is_numpy_namespace
 from ilargi_sklearn.utils._testing import random_dataset
 from ilargi_sklearn.utils.estimator_checks import (
     _assert_outputs_close,

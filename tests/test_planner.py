@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 import pytest
-from sklearn.base import clone, is_classifier
+from sklearn.base import clone, is_classifier, is_regressor
 from sklearn.model_selection import (
     GridSearchCV,
     KFold,
@@ -25,10 +25,21 @@ from sklearn.pipeline import make_pipeline
 
 from ilargi_sklearn.cluster import FactorizedKMeans
 from ilargi_sklearn.datasets import make_multi_source
-from ilargi_sklearn.decomposition import FactorizedGNMF
+from ilargi_sklearn.decomposition import (
+    FactorizedGNMF,
+    FactorizedPCA,
+    FactorizedTruncatedSVD,
+)
 from ilargi_sklearn.linear_model import (
+    FactorizedElasticNet,
+    FactorizedGammaRegressor,
+    FactorizedLasso,
     FactorizedLinearRegression,
     FactorizedLogisticRegression,
+    FactorizedPoissonRegressor,
+    FactorizedRidge,
+    FactorizedRidgeClassifier,
+    FactorizedTweedieRegressor,
 )
 from ilargi_sklearn.multisource import FactorizedMatrix
 from ilargi_sklearn.planner import (
@@ -50,7 +61,10 @@ from ilargi_sklearn.planner import (
     shipped_model_path,
     train_cost_model,
 )
-from ilargi_sklearn.preprocessing import FactorizedStandardScaler
+from ilargi_sklearn.preprocessing import (
+    FactorizedPolynomialFeatures,
+    FactorizedStandardScaler,
+)
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
 
 HW = {"cpu_cores": 2, "gemm_gflops": 20.0, "mem_bandwidth_gbs": 8.0}
@@ -145,6 +159,51 @@ def test_algorithm_features_scale_with_parameters(reg):
     assert f["m"] == 3
     f = plan_features(ds, FactorizedLogisticRegression(), y3 % 2, hardware=HW)
     assert f["m"] == 1
+
+
+@pytest.mark.parametrize(
+    "estimator, kind, solver, grams",
+    [
+        (FactorizedRidge(), "ridge", "normal", 1),
+        (FactorizedRidge(solver="lsqr"), "ridge", "lsqr", 0),
+        (FactorizedRidgeClassifier(), "ridge", "normal", 1),
+        (FactorizedLasso(), "lasso", "cd", 1),
+        (FactorizedElasticNet(), "lasso", "cd", 1),
+        (FactorizedPoissonRegressor(), "glm", "lbfgs", 0),
+        (FactorizedGammaRegressor(), "glm", "lbfgs", 0),
+        (FactorizedTweedieRegressor(), "glm", "lbfgs", 0),
+        (FactorizedPCA(), "pca", "eigh", 1),
+        (FactorizedTruncatedSVD(), "svd", "randomized", 0),
+        (FactorizedTruncatedSVD(algorithm="arpack"), "svd", "arpack", 0),
+    ],
+)
+def test_family_work_is_counted(reg, estimator, kind, solver, grams):
+    """Every estimator of the family has its own kind of work: the solver that runs,
+    whether a gram is formed, and finite plan costs and model inputs."""
+    y = reg.target if is_regressor(estimator) else np.arange(len(reg.dataset)) % 3
+    if kind in ("pca", "svd"):
+        y = None
+    f = plan_features(reg.dataset, estimator, y, hardware=HW)
+    assert (f["estimator"], f["solver"], f["grams"]) == (kind, solver, grams)
+    for plan in ("factorized-cpu", "materialized-cpu"):
+        assert math.isfinite(plan_costs(f, plan)["seconds"])
+        assert all(math.isfinite(v) for v in model_inputs(f, plan).values())
+    if isinstance(estimator, FactorizedRidgeClassifier):
+        assert f["m"] == 3
+
+
+def test_interaction_features_are_counted_from_the_base(reg):
+    """Implicit degree-2 features: the expansion's width, and products that cost
+    about d base products; the materialized plan pays for the n x p matrix."""
+    ds = reg.dataset
+    base = plan_features(ds, FactorizedRidge(), reg.target, hardware=HW)
+    poly = FactorizedPolynomialFeatures().fit_transform(ds)
+    f = plan_features(poly, FactorizedRidge(), reg.target, hardware=HW)
+    d, p = ds.shape[1], poly.shape[1]
+    assert f["n_features"] == p
+    assert f["cells_terms_dense"] == pytest.approx(base["cells_terms_dense"] * d)
+    assert f["bytes_joined"] == pytest.approx(len(ds) * p * f["itemsize"])
+    assert AutoPlan(FactorizedRidge()).fit(poly, reg.target).plan_ in PLANS
 
 
 # --------------------------------------------------------------- heuristics

@@ -22,6 +22,20 @@ ESTIMATORS = {
     ),
     "kmeans": ("ilargi_sklearn.cluster", "FactorizedKMeans"),
     "gnmf": ("ilargi_sklearn.decomposition", "FactorizedGNMF"),
+    **{
+        name.lower(): ("ilargi_sklearn.linear_model", "Factorized" + name)
+        for name in (
+            "Ridge",
+            "RidgeClassifier",
+            "Lasso",
+            "ElasticNet",
+            "PoissonRegressor",
+            "GammaRegressor",
+            "TweedieRegressor",
+        )
+    },
+    "pca": ("ilargi_sklearn.decomposition", "FactorizedPCA"),
+    "truncatedsvd": ("ilargi_sklearn.decomposition", "FactorizedTruncatedSVD"),
 }
 #: The values of a spec's ``plan`` (the planner, or one strategy).
 PLAN_CHOICES = ("auto", *STRATEGIES)

@@ -21,6 +21,7 @@ from ilargi_sklearn._backend._namespace import (
     to_numpy,
 )
 from ilargi_sklearn._backend._plan import DeviceUnavailableError
+from ilargi_sklearn.multisource._interactions import InteractionOperator
 from ilargi_sklearn.multisource._operators import (
     AffineOperator,
     FactorizedMatrix,
@@ -918,6 +919,12 @@ class MultiSourceDataset:
 
     def describe(self) -> DatasetDescription:
         """Schema and redundancy figures (see :class:`DatasetDescription`)."""
+        if isinstance(self._op, InteractionOperator):
+            raise TypeError(
+                "describe() reports the joins of a dataset; this one holds implicit "
+                "polynomial features of another: describe that dataset (the input "
+                "of FactorizedPolynomialFeatures) instead."
+            )
         fm = self._factorized()
         n_rows, n_cols = self.shape
         rows: dict[int, dict[str, Any]] = {}

@@ -51,7 +51,17 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 RECORD_VERSION = 1
-ESTIMATORS = ("linear", "logistic", "kmeans", "gnmf")
+ESTIMATORS = (
+    "linear",
+    "logistic",
+    "kmeans",
+    "gnmf",
+    "ridge",
+    "lasso",
+    "glm",
+    "pca",
+    "svd",
+)
 
 #: The synthetic grid (make_multi_source parameters).
 GRID = {
@@ -81,6 +91,19 @@ PARAMS = {
         {"n_components": r, "max_iter": 6, "tol": 0.0, "random_state": 0}
         for r in (4, 8, 12)
     ),
+    "ridge": ({"alpha": 1.0}, {"alpha": 1.0, "solver": "lsqr", "max_iter": 10}),
+    # The elastic net stands for the lasso too (l1_ratio=1).
+    "lasso": tuple(
+        {"alpha": 0.01, "l1_ratio": r, "max_iter": 20, "tol": 0.0} for r in (1.0, 0.5)
+    ),
+    # Tweedie stands for Poisson (power 1) and Gamma (power 2).
+    "glm": tuple(
+        {"power": p, "alpha": 1e-3, "max_iter": 8, "tol": 1e-12}
+        for p in (1.0, 1.5, 2.0)
+    ),
+    # Sizes every schema of the grid allows (down to a handful of features).
+    "pca": ({"n_components": 0.9}, {"n_components": 2}),
+    "svd": tuple({"n_components": 2, "n_iter": it, "random_state": 0} for it in (2, 5)),
 }
 #: Classes of the synthetic classification workloads (2: binary).
 CLASSES = (2, 4, 6)
@@ -100,6 +123,11 @@ HAMLET_PARAMS = {
         "init": "random",
         "random_state": 0,
     },
+    # The gram-only kinds (lasso, PCA) are left out: a dense gram of the Hamlet
+    # datasets' up to 100 thousand one-hot columns does not fit in memory.
+    "ridge": {"alpha": 1.0, "solver": "lsqr", "max_iter": 3},
+    "glm": {"power": 1.0, "alpha": 1e-3, "max_iter": 3, "tol": 1e-12},
+    "svd": {"n_components": 4, "n_iter": 2, "random_state": 0},
 }
 # Schemas whose joined matrix would exceed this many bytes are not generated.
 _MAX_JOINED_BYTES = 300e6
@@ -111,19 +139,19 @@ _CHOICES = ("factorized-cpu", "materialized-cpu")
 
 
 def make_estimator(kind: str, params: dict[str, Any] | None = None):
-    """An estimator of kind ``"linear"``, ``"logistic"``, ``"kmeans"`` or ``"gnmf"``."""
-    from ilargi_sklearn.cluster import FactorizedKMeans
-    from ilargi_sklearn.decomposition import FactorizedGNMF
-    from ilargi_sklearn.linear_model import (
-        FactorizedLinearRegression,
-        FactorizedLogisticRegression,
-    )
+    """An estimator of kind ``kind`` (one of :data:`ESTIMATORS`)."""
+    from ilargi_sklearn import cluster, decomposition, linear_model
 
     classes = {
-        "linear": FactorizedLinearRegression,
-        "logistic": FactorizedLogisticRegression,
-        "kmeans": FactorizedKMeans,
-        "gnmf": FactorizedGNMF,
+        "linear": linear_model.FactorizedLinearRegression,
+        "logistic": linear_model.FactorizedLogisticRegression,
+        "kmeans": cluster.FactorizedKMeans,
+        "gnmf": decomposition.FactorizedGNMF,
+        "ridge": linear_model.FactorizedRidge,
+        "lasso": linear_model.FactorizedElasticNet,
+        "glm": linear_model.FactorizedTweedieRegressor,
+        "pca": decomposition.FactorizedPCA,
+        "svd": decomposition.FactorizedTruncatedSVD,
     }
     if kind not in classes:
         raise ValueError(f"estimator must be one of {list(classes)}, got {kind!r}.")
@@ -188,6 +216,8 @@ def default_workloads(
     if hamlet_path is not None:
         for name in hamlet:
             for kind in estimators:
+                if kind not in HAMLET_PARAMS:
+                    continue
                 w = {
                     "group": f"hamlet:{name}",
                     "data": {"hamlet": name},
@@ -333,8 +363,13 @@ class _DataCache:
 
 def _targets(w: dict[str, Any], ds, y):
     kind = w["estimator"]
-    if kind == "linear":
+    if kind in ("linear", "ridge", "lasso"):
         return ds, np.asarray(y, dtype=np.float64)
+    if kind == "glm":
+        # exp of the standardized target: positive, every Tweedie power's domain.
+        y = np.asarray(y, dtype=np.float64)
+        z = (y - y.mean()) / max(float(y.std()), 1e-12)
+        return ds, np.exp(0.5 * np.clip(z, -6.0, 6.0))
     if kind == "logistic":
         k = w.get("classes")
         if k is None:  # Hamlet: the dataset's own labels

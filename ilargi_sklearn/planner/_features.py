@@ -45,7 +45,21 @@ __all__ = [
     "with_iterations",
 ]
 
-ESTIMATOR_KINDS = ("linear", "logistic", "kmeans", "gnmf", "other")
+#: Kinds of work (appended, never reordered: the learned model reads their codes).
+#: ``lasso`` covers the elastic net, ``glm`` the Poisson, Gamma and Tweedie models,
+#: ``svd`` truncated SVD.
+ESTIMATOR_KINDS = (
+    "linear",
+    "logistic",
+    "kmeans",
+    "gnmf",
+    "other",
+    "ridge",
+    "lasso",
+    "glm",
+    "pca",
+    "svd",
+)
 
 # Python-level overhead of one operator call (one product, one gather), seconds.
 _CALL_OVERHEAD = 2e-5
@@ -104,7 +118,11 @@ def data_features(X: Any) -> dict[str, Any]:
         per-term detail) and the size of the root dataset for the materialization
         cache.
     """
-    from ilargi_sklearn.multisource import FactorizedMatrix, MatrixOperator
+    from ilargi_sklearn.multisource import (
+        FactorizedMatrix,
+        InteractionOperator,
+        MatrixOperator,
+    )
     from ilargi_sklearn.multisource._multi_source import MultiSourceDataset, as_operator
 
     on_gpu = False
@@ -113,6 +131,8 @@ def data_features(X: Any) -> dict[str, Any]:
         on_gpu = True
         X = X.to_device("cpu")
     op, scaled, centered = _unwrap(as_operator(X))
+    if isinstance(op, InteractionOperator):
+        return _interaction_features(op, data_features(op.base), on_gpu)
     n_rows, n_cols = (int(v) for v in op.shape)
     itemsize = int(np.dtype(op.dtype).itemsize)
     if isinstance(op, FactorizedMatrix):
@@ -259,22 +279,68 @@ def data_features(X: Any) -> dict[str, Any]:
     }
 
 
+def _interaction_features(
+    op: Any, base: dict[str, Any], on_gpu: bool
+) -> dict[str, Any]:
+    """Figures of implicit degree-2 features from those of their base operator.
+
+    A product with the expansion costs about ``d`` products with the base (its
+    ``matmul`` is one base product with ``d`` columns, its ``rmatmul`` a weighted
+    gram of the base), so the factorized product figures are the base's times
+    ``d``; the materialized plan works on the n x p expansion, and both grams are
+    the expansion's (the factorized one is exact from row blocks, at the
+    materialized cost).
+    """
+    d = max(float(base["n_features"]), 1.0)
+    n, p = float(base["n_rows"]), float(op.n_cols)
+    isz = float(base["itemsize"])
+    # Each degree-2 column is non-zero where both factors are.
+    density = 1.0 - float(base["sparsity_joined"])
+    nnz = n * p * (density if base["joined_sparse"] else 1.0)
+    f = dict(base)
+    for key in ("cells_terms_dense", "nnz_terms_sparse", "n_terms"):
+        f[key] = float(base[key]) * d
+    f.update(
+        n_features=int(p),
+        nnz_joined=nnz,
+        bytes_joined=nnz * (isz + 4) if base["joined_sparse"] else n * p * isz,
+        sparsity_joined=1.0 - nnz / max(n * p, 1.0),
+        gram_flops_factorized=nnz * p,
+        gram_flops_materialized=nnz * p,
+        gram_bytes_factorized=nnz * isz + 8.0 * p * p,
+        gram_bytes_materialized=nnz * isz + 8.0 * p * p,
+        on_gpu=on_gpu,
+    )
+    return f
+
+
 # ----------------------------------------------------------------------- algorithm
 def estimator_kind(estimator: Any) -> str:
-    """``"linear"``, ``"logistic"``, ``"kmeans"``, ``"gnmf"`` or ``"other"``."""
-    from ilargi_sklearn.cluster import FactorizedKMeans
-    from ilargi_sklearn.decomposition import FactorizedGNMF
-    from ilargi_sklearn.linear_model import (
-        FactorizedLinearRegression,
-        FactorizedLogisticRegression,
-    )
+    """The estimator's kind of work: one of :data:`ESTIMATOR_KINDS`."""
+    from ilargi_sklearn import cluster, decomposition, linear_model
 
-    for cls, kind in (
-        (FactorizedLinearRegression, "linear"),
-        (FactorizedLogisticRegression, "logistic"),
-        (FactorizedKMeans, "kmeans"),
-        (FactorizedGNMF, "gnmf"),
-    ):
+    kinds = (
+        (linear_model.FactorizedLinearRegression, "linear"),
+        (linear_model.FactorizedLogisticRegression, "logistic"),
+        (cluster.FactorizedKMeans, "kmeans"),
+        (decomposition.FactorizedGNMF, "gnmf"),
+        (
+            (linear_model.FactorizedRidge, linear_model.FactorizedRidgeClassifier),
+            "ridge",
+        ),
+        ((linear_model.FactorizedLasso, linear_model.FactorizedElasticNet), "lasso"),
+        (
+            (
+                linear_model.FactorizedPoissonRegressor,
+                linear_model.FactorizedGammaRegressor,
+                linear_model.FactorizedTweedieRegressor,
+            ),
+            "glm",
+        ),
+        (decomposition.FactorizedPCA, "pca"),
+        (decomposition.FactorizedTruncatedSVD, "svd"),
+    )
+    for cls, kind in kinds:
         if isinstance(estimator, cls):
             return kind
     return "other"
@@ -349,8 +415,7 @@ def algorithm_features(
             it = _int_param(params, "max_iter", 20)
             out.update(solver="gd", iterations=it, passes=it + 11.0)
         elif data["joined_sparse"] and d > _MAX_DENSE_GRAM_FEATURES:
-            tol = params.get("tol") or 1e-12
-            it = int(min(2 * d, 25 * max(math.log10(1.0 / tol), 1.0)))
+            it = _guess_iterations({"tol": params.get("tol")}, d, default_tol=1e-12)
             out.update(solver="lsqr", iterations=it, passes=it + 1.0)
         else:
             # Gram, one right-hand side, about two refinement steps, a dense solve.
@@ -396,14 +461,80 @@ def algorithm_features(
         out.update(solver="mu", m=r, iterations=it, passes=passes)
         out["common_flops"] = common
         out["common_bytes"] = 40.0 * n * r * it
+    elif kind == "ridge":
+        if y is not None and not _is_regressor(estimator):
+            k = _n_classes(y)
+            out["m"] = 1 if k == 2 else k
+        elif y is not None and np.ndim(y) == 2:
+            out["m"] = int(np.shape(y)[1])
+        solver = params.get("solver", "auto")
+        iterative = solver in ("lsqr", "sparse_cg") or (
+            solver == "auto" and data["joined_sparse"] and d > _MAX_DENSE_GRAM_FEATURES
+        )
+        if iterative:
+            it = _guess_iterations(params, d, default_tol=1e-4)
+            out.update(solver="lsqr", iterations=it, passes=it + 1.0)
+        else:
+            # The gram, one right-hand side, a Cholesky factorization per alpha.
+            out.update(solver="normal", iterations=1, passes=1.0, grams=1)
+            out["common_flops"] = d**3 / 3.0 + 2.0 * d * d * out["m"]
+    elif kind == "lasso":
+        # The gram once; coordinate descent then reads only the gram: d^2 per
+        # sweep, about a few dozen sweeps at the default tol.
+        sweeps = min(_int_param(params, "max_iter", 1000), 50)
+        out.update(solver="cd", iterations=sweeps, passes=1.0, grams=1)
+        out["common_flops"] = 2.0 * d * d * sweeps
+    elif kind == "glm":
+        it = _int_param(params, "max_iter", 100)
+        out.update(solver="lbfgs", iterations=it, passes=1.1 * it + 1.0)
+        out["common_bytes"] = 40.0 * n * out["passes"]
+    elif kind == "pca":
+        # The gram and the column means (half a pass); an eigendecomposition.
+        out.update(solver="eigh", iterations=1, passes=0.5, grams=1)
+        out["common_flops"] = 4.0 * d**3
+    elif kind == "svd":
+        r = _int_param(params, "n_components", 2)
+        if params.get("algorithm", "randomized") == "randomized":
+            q = r + _int_param(params, "n_oversamples", 10)
+            n_iter = _int_param(params, "n_iter", 5)
+            # The range finder: a matmul, then n_iter power iterations (rmatmul
+            # and matmul, normalized by LU or QR of the n x q block), B = Q^T A.
+            out.update(solver="randomized", m=q, iterations=n_iter, passes=n_iter + 1.0)
+            out["common_flops"] = 4.0 * n * q * q * (n_iter + 1)
+        else:
+            it = 3 * r + 10  # ARPACK: Lanczos steps of one column each
+            out.update(solver="arpack", iterations=it, passes=float(it))
     else:
         it = _int_param(params, "max_iter", 10)
         out.update(iterations=it, passes=float(it))
     return out
 
 
+def _is_regressor(estimator: Any) -> bool:
+    from sklearn.base import is_regressor
+
+    return is_regressor(estimator)
+
+
+def _guess_iterations(params: dict[str, Any], d: float, default_tol: float) -> int:
+    """LSQR's iteration count, guessed from its tolerance (``max_iter`` bounds it)."""
+    tol = params.get("tol") or default_tol
+    it = int(min(2 * d, 25 * max(math.log10(1.0 / tol), 1.0)))
+    max_iter = params.get("max_iter")
+    return min(it, int(max_iter)) if isinstance(max_iter, numbers.Integral) else it
+
+
 # Operator passes per solver iteration (L-BFGS: about 1.1 function evaluations).
-_PASSES_PER_ITERATION = {"lsqr": 1.0, "gd": 1.0, "lbfgs": 1.1, "lloyd": 1.0, "mu": 1.0}
+_PASSES_PER_ITERATION = {
+    "lsqr": 1.0,
+    "gd": 1.0,
+    "lbfgs": 1.1,
+    "lloyd": 1.0,
+    "mu": 1.0,
+    "randomized": 1.0,
+    "arpack": 1.0,
+    "cd": 0.0,  # sweeps over the gram: no operator products
+}
 
 
 def with_iterations(features: dict[str, Any], n_iter: Any) -> dict[str, Any]:
@@ -424,11 +555,11 @@ def with_iterations(features: dict[str, Any], n_iter: Any) -> dict[str, Any]:
     per = _PASSES_PER_ITERATION[solver]
     f["passes"] = max(float(f["passes"]) + per * (n_iter - it), 1.0)
     f["iterations"] = n_iter
+    scale = n_iter / max(it, 1)
     if solver in ("lbfgs", "lloyd", "mu"):
-        scale = n_iter / max(it, 1)
         f["common_bytes"] = float(f["common_bytes"]) * scale
-        if solver == "mu":
-            f["common_flops"] = float(f["common_flops"]) * scale
+    if solver in ("mu", "cd", "randomized"):
+        f["common_flops"] = float(f["common_flops"]) * scale
     return f
 
 
@@ -641,6 +772,10 @@ _SOLVER_CODES = {
     "lbfgs": 4,
     "lloyd": 5,
     "mu": 6,
+    "cd": 7,
+    "eigh": 8,
+    "randomized": 9,
+    "arpack": 10,
 }
 
 
