@@ -72,28 +72,56 @@ def digest(a: Any) -> str:
     return m.hexdigest()
 
 
-@dataclass(frozen=True)
 class Lineage:
     """Where an operator's matrix comes from: rows of a root dataset's operator.
 
-    ``rows`` None means all rows of the root, in order. ``key`` identifies the
+    ``rows`` None means all rows of the root, in order. :meth:`key` identifies the
     matrix exactly: the root's token (a new one for every scaled, cast, moved or
     transformed dataset), the row subset, the strategy (a materialized operator
     sums in another order than the factorized one), dtype and device.
     """
 
-    token: Any
-    rows: np.ndarray | None
-    rows_key: str
-    root_ref: Any  # weakref to the root operator
-    n_root: int
-    strategy: str
-    dtype: str
-    device: str
+    __slots__ = (
+        "_rows_key",
+        "device",
+        "dtype",
+        "n_root",
+        "root_ref",
+        "rows",
+        "strategy",
+        "token",
+    )
+
+    def __init__(
+        self,
+        token: Any,
+        rows: np.ndarray | None,
+        root: Any,
+        strategy: str,
+        dtype: str,
+        device: str,
+    ) -> None:
+        self.token = token
+        self.rows = rows
+        self.root_ref = weakref.ref(root)
+        self.n_root = int(root.n_rows)
+        self.strategy = strategy
+        self.dtype = dtype
+        self.device = device
+        self._rows_key: str | None = ROOT if rows is None else None
 
     @property
     def root(self) -> Any:
+        """The root's operator (None once collected)."""
         return self.root_ref()
+
+    @property
+    def rows_key(self) -> str:
+        # Digested on first use: validate_X registers every operator it hands
+        # out (predict too), and only a fit's statistics need the key.
+        if self._rows_key is None:
+            self._rows_key = digest(self.rows)
+        return self._rows_key
 
     def key(self, rows_key: str | None = None) -> tuple:
         return (
@@ -143,14 +171,7 @@ def register_lineage(op: Any, ds: Any, strategy: str = "factorized") -> None:
     if rows is not None:
         rows = np.asarray(rows)
     lineage = Lineage(
-        token=token,
-        rows=rows,
-        rows_key=ROOT if rows is None else digest(rows),
-        root_ref=weakref.ref(root),
-        n_root=int(root.n_rows),
-        strategy=strategy,
-        dtype=np.dtype(op.dtype).str,
-        device=_device_name(op),
+        token, rows, root, strategy, np.dtype(op.dtype).str, _device_name(op)
     )
     try:
         with _LINEAGE_LOCK:
