@@ -18,8 +18,9 @@ from _helpers import assert_close
 from joblib import parallel_backend
 from sklearn.linear_model import Lasso, LinearRegression, Ridge
 from sklearn.model_selection import GridSearchCV, KFold
+from sklearn.pipeline import Pipeline
 
-from ilargi_sklearn import MultiSourceDataset
+from ilargi_sklearn import FactorizedStandardScaler, MultiSourceDataset
 from ilargi_sklearn.datasets import make_multi_source
 from ilargi_sklearn.linear_model import (
     FactorizedLasso,
@@ -122,6 +123,27 @@ def test_grid_search_computes_each_fold_once(est, ref, grid, gram_calls):
 
     joined = GridSearchCV(ref, grid, cv=KFold(N_FOLDS)).fit(ds.materialize(), y)
     _assert_same_search(cached, joined, kind="fit")
+
+
+def test_pipeline_with_scaler_shares_fold_statistics(gram_calls):
+    ds, y = star(seed=15)
+    pipe = Pipeline(
+        [("scale", FactorizedStandardScaler()), ("ridge", FactorizedRidge())]
+    )
+    grid = {"ridge__alpha": [1e-2, 1.0, 100.0]}
+    cached = GridSearchCV(pipe, grid, cv=N_FOLDS).fit(ds, y)
+    # Each candidate's scaler gives the same scale and offset on a fold: the
+    # scaled fold is keyed by them, so each fold's gram is computed once (no
+    # downdating: every fold has its own scaling).
+    assert gram_calls[0] == N_FOLDS + 1
+    set_statistics_cache(0)
+    uncached = GridSearchCV(pipe, grid, cv=N_FOLDS).fit(ds, y)
+    assert cached.best_params_ == uncached.best_params_
+    for k in range(N_FOLDS):
+        name = f"split{k}_test_score"
+        np.testing.assert_array_equal(
+            cached.cv_results_[name], uncached.cv_results_[name]
+        )
 
 
 def test_threaded_search_equals_sequential(gram_calls):

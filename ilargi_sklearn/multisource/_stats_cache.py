@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ilargi_sklearn._backend._namespace import is_numpy_namespace, to_numpy
+from ilargi_sklearn.multisource._operators import AffineOperator
 
 __all__ = [
     "Lineage",
@@ -90,6 +91,7 @@ class Lineage:
         "rows",
         "strategy",
         "token",
+        "variant",
     )
 
     def __init__(
@@ -109,6 +111,20 @@ class Lineage:
         self.dtype = dtype
         self.device = device
         self._rows_key: str | None = ROOT if rows is None else None
+        # "" for the rows of the root's own operator; else the implicit scaling
+        # applied on top of them (see ``scaled``): no downdating from the root.
+        self.variant = ""
+
+    def scaled(self, op: Any) -> Lineage:
+        """The lineage of ``op``, an :class:`AffineOperator` over this one's
+        operator: the same rows under ``op``'s scale and offset (the digests of
+        both are part of the key, so it stays exact)."""
+        out = Lineage(
+            self.token, self.rows, self.root, self.strategy, self.dtype, self.device
+        )
+        out._rows_key = self._rows_key
+        out.variant = f"{self.variant}|affine:{digest(op.scale)}:{digest(op.offset)}"
+        return out
 
     @property
     def root(self) -> Any:
@@ -130,6 +146,7 @@ class Lineage:
             self.strategy,
             self.dtype,
             self.device,
+            self.variant,
         )
 
 
@@ -170,15 +187,27 @@ def register_lineage(op: Any, ds: Any, strategy: str = "factorized") -> None:
         return
     if rows is not None:
         rows = np.asarray(rows)
+    if isinstance(op, AffineOperator):
+        base = lineage_of(op.base)
+        if base is not None:
+            # A scaler fitted on a fold gives every candidate of a pipeline the same
+            # scale and offset over the same fold operator: key by those, not by
+            # the scaled dataset's own (new) root, so the candidates share.
+            _store(op, base.scaled(op))
+            return
     lineage = Lineage(
         token, rows, root, strategy, np.dtype(op.dtype).str, _device_name(op)
     )
+    _store(op, lineage)
+    _STATS.watch(token, root)
+
+
+def _store(op: Any, lineage: Lineage) -> None:
     try:
         with _LINEAGE_LOCK:
             _LINEAGE[op] = lineage
     except TypeError:  # pragma: no cover - an operator that cannot be weakly keyed
-        return
-    _STATS.watch(token, root)
+        pass
 
 
 def lineage_of(op: Any) -> Lineage | None:

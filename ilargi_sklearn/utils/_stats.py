@@ -256,7 +256,12 @@ def _downdated_sums(lineage: Any) -> _XSums | None:
     Cholesky factor; a singular gram is computed directly).
     """
     rows, n_root = lineage.rows, lineage.n_root
-    if lineage.strategy != "factorized" or rows is None or 2 * rows.shape[0] < n_root:
+    if (
+        lineage.strategy != "factorized"
+        or lineage.variant
+        or rows is None
+        or 2 * rows.shape[0] < n_root
+    ):
         return None
     root_op = lineage.root
     if root_op is None:
