@@ -14,7 +14,7 @@ import pickle
 
 import numpy as np
 import pytest
-from _helpers import assert_close
+from _helpers import assert_close, namespace_and_device
 from joblib import parallel_backend
 from sklearn.linear_model import Lasso, LinearRegression, Ridge
 from sklearn.model_selection import GridSearchCV, KFold
@@ -364,3 +364,30 @@ def test_results_are_not_shared_arrays():
     b = centered_gram(validate_X(FactorizedRidge(), ds, reset=True), None, True)
     assert ds.cache_info()["statistics"]["hits"] == 1
     assert np.abs(b.G).max() > 0 and np.abs(b.mu).max() > 0
+
+
+@pytest.mark.parametrize("name", ["array_api_strict", "cupy"])
+def test_folds_on_a_device(name):
+    xp, device = namespace_and_device(name)
+    ds, y = star(n_rows=1000, seed=16)
+    dsd = ds.to_device(device, namespace=None if isinstance(device, str) else xp)
+    folds = [train for train, _ in KFold(N_FOLDS).split(y)]
+    # The candidates of each fold, in GridSearchCV's order (scoring on a device
+    # is outside this test: the fits are what the cache serves).
+    on_device = [
+        FactorizedRidge(alpha=alpha).fit(dsd[rows], y[rows])
+        for alpha in (1e-2, 1.0)
+        for rows in folds
+    ]
+    info = dsd.cache_info()["statistics"]
+    assert info["downdates"] == N_FOLDS - 1 and info["hits"] == 2 * N_FOLDS
+    # The device's entries are its own: the host dataset has none.
+    assert ds.cache_info()["statistics"]["entries"] == 0
+    set_statistics_cache(0)
+    host = [
+        FactorizedRidge(alpha=alpha).fit(ds[rows], y[rows])
+        for alpha in (1e-2, 1.0)
+        for rows in folds
+    ]
+    for a, b in zip(on_device, host):
+        assert_close(a.coef_, b.coef_, dtype=np.float64, kind="device_fit", scale=1.0)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import threading
 import types
 import weakref
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ilargi_sklearn._backend._namespace import is_numpy_namespace, to_numpy
+from ilargi_sklearn.multisource._cache import _total_memory
 from ilargi_sklearn.multisource._operators import AffineOperator
 
 __all__ = [
@@ -51,13 +51,9 @@ UNIT = "unit"
 
 
 def _default_max_bytes() -> int:
-    try:
-        total = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, ValueError, OSError):  # pragma: no cover - non-POSIX
-        total = 8 * 2**30
     # Grams are parameter-sized (8 d^2 bytes): a sixteenth of the memory holds
     # thousands of folds of a few hundred features.
-    return total // 16
+    return _total_memory() // 16
 
 
 def digest(a: Any) -> str:
