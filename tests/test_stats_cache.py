@@ -340,6 +340,17 @@ def test_single_fit_pays_no_root_pass(gram_calls):
     FactorizedRidge().fit(ds[:100], y[:100])
     FactorizedRidge().fit(ds[100:200], y[100:200])
     assert gram_calls[0] == 3
+    # Nor do the folds of a nested search (0.6 of the root): the root's pass would
+    # not pay for itself.
+    FactorizedRidge().fit(ds[:300], y[:300])
+    FactorizedRidge().fit(ds[200:], y[200:])
+    assert gram_calls[0] == 5
+    assert ds.cache_info()["statistics"]["downdates"] == 0
+    # Once the root's sums are there (a fit on all rows), such a slice downdates.
+    FactorizedRidge().fit(ds, y)
+    FactorizedRidge().fit(ds[100:400], y[100:400])
+    assert gram_calls[0] == 7
+    assert ds.cache_info()["statistics"]["downdates"] == 1
 
 
 def test_pickled_dataset_leaves_the_cache_behind():

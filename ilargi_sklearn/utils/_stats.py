@@ -237,6 +237,12 @@ def _cached_x_sums(
 # difference, about eps * (D_root + D_test), then stays within 3 * eps * D_train,
 # well inside the 100 * eps * D that the solvers treat as noise (``_GRAM_NOISE``).
 _MAX_TEST_MASS = 0.5
+# The root's pass is taken for slices of at least this share of it: K-fold training
+# folds with K >= 4. Taken at the second fold, it costs that fold 1 + (1 - share)
+# passes instead of share, 2 - 2 share more, and saves 2 share - 1 on each later
+# fold: at 3/4 the next fold recovers it. The folds of a nested search
+# (cross-validation inside a 75% training split: 0.6 of the root) would need four.
+_ROOT_PASS_SHARE = 0.75
 
 
 def _downdated_sums(lineage: Any) -> _XSums | None:
@@ -244,10 +250,12 @@ def _downdated_sums(lineage: Any) -> _XSums | None:
 
     A K-fold search then costs about two passes over the data instead of K: the
     root once, and each fold's test rows. Used for factorized operators of a slice
-    with at least half of its root's rows (a cross-validation training fold), once
-    the root's sums are cached or a second such slice of the root is fitted (so a
-    single fit on a slice never pays for a pass over the root). None where it does
-    not apply or where the guard refuses: the caller computes directly.
+    with at least half of its root's rows (its test rows are then the smaller
+    pass) when the root's sums are cached; the root's sums are computed when a
+    second distinct slice of at least ``_ROOT_PASS_SHARE`` of the root is fitted,
+    where the pass pays for itself over the folds still to come. A single fit on a
+    slice never pays for a pass over the root. None where it does not apply or
+    where the guard refuses: the caller computes directly.
 
     The guard: every column of the test rows carries at most ``_MAX_TEST_MASS`` of
     the root's squared mass, and the centered downdated gram is conditioned well
@@ -267,7 +275,9 @@ def _downdated_sums(lineage: Any) -> _XSums | None:
     if root_op is None:
         return None
     root_key = lineage.key(_stats_cache.ROOT) + ("X", _stats_cache.UNIT)
-    n_large = _STATS.note_large_slice(lineage.token, lineage.rows_key)
+    n_large = 0
+    if rows.shape[0] >= _ROOT_PASS_SHARE * n_root:
+        n_large = _STATS.note_large_slice(lineage.token, lineage.rows_key)
     root = _STATS.peek(root_key, _has_gram)
     if root is None:
         if n_large < 2:
