@@ -402,3 +402,15 @@ def test_folds_on_a_device(name):
     ]
     for a, b in zip(on_device, host):
         assert_close(a.coef_, b.coef_, dtype=np.float64, kind="device_fit", scale=1.0)
+
+
+def test_debug_log_per_hit_miss_and_downdate(caplog):
+    ds, y = star(n_rows=500, seed=17)
+    folds = [train for train, _ in KFold(N_FOLDS).split(y)]
+    with caplog.at_level("DEBUG", logger="ilargi_sklearn"):
+        FactorizedRidge().fit(ds[folds[0]], y[folds[0]])
+        FactorizedRidge().fit(ds[folds[1]], y[folds[1]])
+        FactorizedRidge(alpha=2.0).fit(ds[folds[1]], y[folds[1]])
+    text = caplog.text
+    assert "statistics cache miss" in text and "statistics cache hit" in text
+    assert "statistics cache downdate: 400 rows = 500 root rows - 100 test rows" in text
