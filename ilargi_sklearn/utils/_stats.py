@@ -84,7 +84,7 @@ def centered_gram(
 
     When ``op`` came from a :class:`~ilargi_sklearn.MultiSourceDataset` (through
     ``validate_X``), its raw sums are cached on the dataset's lineage (see
-    :func:`~ilargi_sklearn.multisource._stats_cache.set_statistics_cache`): the
+    :func:`~ilargi_sklearn.multisource.set_statistics_cache`): the
     candidates of a grid search compute each fold's statistics once. A cached entry
     gives bit for bit what computing does, except a downdated gram (a training
     fold's gram as the root's minus the test rows', :func:`_downdated_sums`),
@@ -104,7 +104,7 @@ def centered_gram(
         for the iterative solvers that only need the means and ``T^T S Y``
         (one ``col_sums`` and one ``rmatmul`` pass, no ``gram``).
     """
-    lineage = _stats_cache.lineage_of(op) if _stats_cache._STATS.max_bytes > 0 else None
+    lineage = _stats_cache.lineage_of(op) if _STATS.max_bytes > 0 else None
     if lineage is None:
         xs = _x_sums(op, sample_weight, gram, col_sums=fit_intercept)
         ys = None if Y is None else _y_sums(op, sample_weight, Y)
