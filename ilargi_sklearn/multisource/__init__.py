@@ -20,6 +20,10 @@ from ilargi_sklearn.multisource._operators import (
     Operator,
 )
 from ilargi_sklearn.multisource._schema import DatasetSchema
+from ilargi_sklearn.multisource._stats_cache import (
+    clear_statistics_cache,
+    set_statistics_cache,
+)
 
 __all__ = [
     "DEFAULT_MIN_MATCH",
@@ -35,5 +39,7 @@ __all__ = [
     "Operator",
     "UnknownCategoryWarning",
     "as_operator",
+    "clear_statistics_cache",
     "from_frames",
+    "set_statistics_cache",
 ]

@@ -109,6 +109,13 @@ class _MaterializedCache:
             self._entries.clear()
             self._dead.clear()
 
+    def info(self, token: Any) -> dict[str, Any]:
+        """Devices and bytes of ``token``'s joined matrices."""
+        with self._lock:
+            self._purge()
+            mine = [(k[1], n) for k, (_, n) in self._entries.items() if k[0] is token]
+        return {"devices": [d for d, _ in mine], "bytes": int(sum(n for _, n in mine))}
+
     @property
     def nbytes(self) -> int:
         """Bytes of the matrices held."""

@@ -446,6 +446,47 @@ class MultiSourceDataset:
             )
         return materialized_operator(self, self._cache_device())[0]
 
+    def cache_info(self) -> dict[str, Any]:
+        """What the package's caches hold for this dataset's root.
+
+        A row slice (a cross-validation fold) shares its root's entries, so this
+        reports the same for the root and every slice of it.
+
+        Returns
+        -------
+        dict
+            ``"materialized"``: the root's joined matrix (``devices`` it is cached
+            for, ``bytes``), see
+            :func:`~ilargi_sklearn.planner.set_materialization_cache`;
+            ``"statistics"``: the gram-based fits' sufficient statistics
+            (``entries``, ``bytes``, ``hits``, ``misses``, ``downdates`` and
+            ``fallbacks`` of the downdating guard, the cache's ``budget_bytes`` and
+            ``total_bytes`` over all datasets), see
+            :func:`~ilargi_sklearn.multisource.set_statistics_cache`.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from ilargi_sklearn import MultiSourceDataset
+        >>> from ilargi_sklearn.linear_model import FactorizedRidge
+        >>> rng = np.random.default_rng(0)
+        >>> ds = MultiSourceDataset.from_matrices(
+        ...     [rng.normal(size=(8, 2)), rng.normal(size=(3, 2))],
+        ...     [None, np.array([0, 1, 2, 0, 1, 2, 0, 1])],
+        ... )
+        >>> _ = FactorizedRidge().fit(ds, rng.normal(size=8))
+        >>> info = ds.cache_info()["statistics"]
+        >>> info["entries"], info["misses"]
+        (2, 2)
+        """
+        from ilargi_sklearn.multisource._cache import _CACHE
+        from ilargi_sklearn.multisource._stats_cache import statistics_cache_info
+
+        return {
+            "materialized": _CACHE.info(self._root_token),
+            "statistics": statistics_cache_info(self),
+        }
+
     def _cache_device(self) -> str:
         """The materialization cache's key for where the sources live (a plan's
         device name where it is one)."""

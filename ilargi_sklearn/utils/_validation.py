@@ -22,6 +22,7 @@ from ilargi_sklearn._backend._plan import (
     DeviceUnavailableError,
 )
 from ilargi_sklearn.multisource import MatrixOperator, MultiSourceDataset, Operator
+from ilargi_sklearn.multisource._stats_cache import register_lineage
 
 __all__ = [
     "DEVICE_OPTIONS",
@@ -273,7 +274,11 @@ def validate_X(
                 )
         if ensure_non_negative:
             _check_non_negative_operator(X.operator, name)
-        return X.operator_for(strategy)
+        op = X.operator_for(strategy)
+        # The operator does not know the dataset it came from: the statistics
+        # cache (utils._stats.centered_gram) learns it here, for every estimator.
+        register_lineage(op, X, strategy)
+        return op
     X = validate_data(
         estimator,
         X,

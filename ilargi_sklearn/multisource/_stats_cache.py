@@ -1,0 +1,417 @@
+"""Sufficient statistics of row slices, cached on a dataset's lineage.
+
+The fits of a hyper-parameter search share their statistics: every candidate of a
+cross-validation fold needs the same gram ``T^T S T`` and ``T^T S Y`` of the fold's
+training rows. :func:`ilargi_sklearn.utils._stats.centered_gram` keeps the additive
+raw sums of each (root dataset, row subset, weights, target) here, so a search
+computes each fold's statistics once, and derives the centered figures from them.
+
+This module is the storage: a bounded least-recently-used map of host arrays, the
+lineage of the operators that :func:`~ilargi_sklearn.utils._validation.validate_X`
+hands out (an operator does not know the dataset it came from), and the counters
+that :meth:`~ilargi_sklearn.MultiSourceDataset.cache_info` reports. Entries of a
+root dataset are dropped when its operator is garbage collected, as in the
+materialization cache (``_cache.py``). Nothing here is pickled with a dataset: a
+worker process starts with its own, empty cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import types
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ilargi_sklearn._backend._namespace import is_numpy_namespace, to_numpy
+from ilargi_sklearn.multisource._cache import _total_memory
+from ilargi_sklearn.multisource._operators import AffineOperator
+
+__all__ = [
+    "Lineage",
+    "clear_statistics_cache",
+    "digest",
+    "lineage_of",
+    "register_lineage",
+    "set_statistics_cache",
+    "statistics_cache_info",
+]
+
+logger = logging.getLogger(__name__)
+
+# The key's stand-in for "all rows of the root" and for unit weights.
+ROOT = "root"
+UNIT = "unit"
+
+
+def _default_max_bytes() -> int:
+    # Grams are parameter-sized (8 d^2 bytes): a sixteenth of the memory holds
+    # thousands of folds of a few hundred features.
+    return _total_memory() // 16
+
+
+def digest(a: Any) -> str:
+    """A content digest of an array (any namespace): shape, dtype and bytes.
+
+    Costs one pass over ``a`` (and a copy to the host for a device array), far less
+    than the product it saves.
+    """
+    h = np.ascontiguousarray(to_numpy(a))
+    m = hashlib.blake2b(digest_size=16)
+    m.update(repr((h.shape, h.dtype.str)).encode())
+    m.update(memoryview(h).cast("B"))
+    return m.hexdigest()
+
+
+class Lineage:
+    """Where an operator's matrix comes from: rows of a root dataset's operator.
+
+    ``rows`` None means all rows of the root, in order. :meth:`key` identifies the
+    matrix exactly: the root's token (a new one for every scaled, cast, moved or
+    transformed dataset), the row subset, the strategy (a materialized operator
+    sums in another order than the factorized one), dtype and device.
+    """
+
+    __slots__ = (
+        "_rows_key",
+        "device",
+        "dtype",
+        "n_root",
+        "root_ref",
+        "rows",
+        "strategy",
+        "token",
+        "variant",
+    )
+
+    def __init__(
+        self,
+        token: Any,
+        rows: np.ndarray | None,
+        root: Any,
+        strategy: str,
+        dtype: str,
+        device: str,
+    ) -> None:
+        self.token = token
+        self.rows = rows
+        self.root_ref = weakref.ref(root)
+        self.n_root = int(root.n_rows)
+        self.strategy = strategy
+        self.dtype = dtype
+        self.device = device
+        self._rows_key: str | None = ROOT if rows is None else None
+        # "" for the rows of the root's own operator; else the implicit scaling
+        # applied on top of them (see ``scaled``): no downdating from the root.
+        self.variant = ""
+
+    def scaled(self, op: Any) -> Lineage:
+        """The lineage of ``op``, an :class:`AffineOperator` over this one's
+        operator: the same rows under ``op``'s scale and offset (the digests of
+        both are part of the key, so it stays exact)."""
+        out = Lineage(
+            self.token, self.rows, self.root, self.strategy, self.dtype, self.device
+        )
+        out._rows_key = self._rows_key
+        out.variant = f"{self.variant}|affine:{digest(op.scale)}:{digest(op.offset)}"
+        return out
+
+    @property
+    def root(self) -> Any:
+        """The root's operator (None once collected)."""
+        return self.root_ref()
+
+    @property
+    def rows_key(self) -> str:
+        # Digested on first use: validate_X registers every operator it hands
+        # out (predict too), and only a fit's statistics need the key.
+        if self._rows_key is None:
+            self._rows_key = digest(self.rows)
+        return self._rows_key
+
+    def key(self, rows_key: str | None = None) -> tuple:
+        return (
+            self.token,
+            self.rows_key if rows_key is None else rows_key,
+            self.strategy,
+            self.dtype,
+            self.device,
+            self.variant,
+        )
+
+
+# Operator -> Lineage. Weak keys: the registry never keeps an operator alive, and a
+# slice's operator lives as long as the slice (or the fit) that holds it.
+_LINEAGE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_LINEAGE_LOCK = threading.Lock()
+
+
+def _device_name(op: Any) -> str:
+    if is_numpy_namespace(op.xp):
+        return "cpu"
+    return f"{op.xp.__name__}:{op.device}"
+
+
+def register_lineage(op: Any, ds: Any, strategy: str = "factorized") -> None:
+    """Record that ``op`` is ``ds``'s matrix (computed with ``strategy``).
+
+    Called where an estimator turns a dataset into its operator
+    (``validate_X``); operators that were never registered (plain arrays,
+    operators derived inside a fit) are not cached. A dataset whose lineage does
+    not match its operator (shape, dtype, namespace) is not registered.
+    """
+    token = getattr(ds, "_root_token", None)
+    root = getattr(ds, "_root_operator", None)
+    # In-memory namespaces only (NumPy, CuPy, array_api_strict: modules): a Dask
+    # operator's digests would compute its arrays on the cluster.
+    if token is None or root is None or not isinstance(op.xp, types.ModuleType):
+        return
+    rows = getattr(ds, "_root_rows", None)
+    if (
+        root.n_cols != op.n_cols
+        or np.dtype(root.dtype) != np.dtype(op.dtype)
+        or root.xp is not op.xp
+        or (rows is None and root.n_rows != op.n_rows)
+        or (rows is not None and np.shape(rows) != (op.n_rows,))
+    ):
+        return
+    if rows is not None:
+        rows = np.asarray(rows)
+    if isinstance(op, AffineOperator):
+        base = lineage_of(op.base)
+        if base is not None:
+            # A scaler fitted on a fold gives every candidate of a pipeline the same
+            # scale and offset over the same fold operator: key by those, not by
+            # the scaled dataset's own (new) root, so the candidates share.
+            _store(op, base.scaled(op))
+            return
+    lineage = Lineage(
+        token, rows, root, strategy, np.dtype(op.dtype).str, _device_name(op)
+    )
+    _store(op, lineage)
+    _STATS.watch(token, root)
+
+
+def _store(op: Any, lineage: Lineage) -> None:
+    try:
+        with _LINEAGE_LOCK:
+            _LINEAGE[op] = lineage
+    except TypeError:  # pragma: no cover - an operator that cannot be weakly keyed
+        pass
+
+
+def lineage_of(op: Any) -> Lineage | None:
+    """The lineage registered for ``op`` (None: not cacheable)."""
+    try:
+        with _LINEAGE_LOCK:
+            lineage = _LINEAGE.get(op)
+    except TypeError:  # pragma: no cover
+        return None
+    if lineage is None or lineage.root is None:
+        return None
+    return lineage
+
+
+@dataclass
+class _Counters:
+    hits: int = 0
+    misses: int = 0
+    downdates: int = 0
+    fallbacks: int = 0
+    large_slices: set = field(default_factory=set)
+
+
+class _StatsCache:
+    """LRU of raw sums, keyed by tuples that start with the root's token.
+
+    Bounded by ``max_bytes``; an entry larger than the bound is not kept. The lock
+    guards the maps only: statistics are computed outside it, and a key being
+    computed by one thread is waited for by the others (a threaded grid search
+    runs the candidates of a fold at the same time).
+    """
+
+    def __init__(self, max_bytes: int | None = None) -> None:
+        self.max_bytes = _default_max_bytes() if max_bytes is None else max_bytes
+        self._entries: OrderedDict[tuple, tuple[Any, int]] = OrderedDict()
+        self._bytes = 0
+        self._counters: dict[int, tuple[Any, _Counters]] = {}
+        self._inflight: dict[tuple, threading.Event] = {}
+        self._watched: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+        # Tokens of collected roots whose entries could not be dropped at once (the
+        # finalizer ran while the lock was held): dropped by the next call.
+        self._dead: list[Any] = []
+
+    # -------------------------------------------------------------- lifecycle
+    def watch(self, token: Any, root: Any) -> None:
+        """Drop ``token``'s entries when ``root`` (its operator) is collected."""
+        with self._lock:
+            if root in self._watched:
+                return
+            self._watched[root] = True
+        weakref.finalize(root, self.discard, token)
+
+    def discard(self, token: Any) -> None:
+        self._dead.append(token)
+        if self._lock.acquire(blocking=False):
+            try:
+                self._purge()
+            finally:
+                self._lock.release()
+
+    def _purge(self) -> None:
+        while self._dead:
+            token = self._dead.pop()
+            for key in [k for k in self._entries if k[0] is token]:
+                self._bytes -= self._entries.pop(key)[1]
+            self._counters.pop(id(token), None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+            self._counters.clear()
+            self._dead.clear()
+
+    # ---------------------------------------------------------------- access
+    def counters(self, token: Any) -> _Counters:
+        """The counters of ``token`` (call with the lock held)."""
+        entry = self._counters.get(id(token))
+        if entry is None or entry[0] is not token:
+            entry = (token, _Counters())
+            self._counters[id(token)] = entry
+        return entry[1]
+
+    def count(self, token: Any, what: str) -> None:
+        with self._lock:
+            c = self.counters(token)
+            setattr(c, what, getattr(c, what) + 1)
+
+    def note_large_slice(self, token: Any, rows_key: str) -> int:
+        """Record a slice of at least half its root; the number of distinct ones."""
+        with self._lock:
+            seen = self.counters(token).large_slices
+            seen.add(rows_key)
+            return len(seen)
+
+    def peek(self, key: tuple, accept: Callable[[Any], bool]) -> Any:
+        """The entry at ``key`` if ``accept`` takes it (no counting, no waiting)."""
+        with self._lock:
+            self._purge()
+            entry = self._entries.get(key)
+            if entry is None or not accept(entry[0]):
+                return None
+            self._entries.move_to_end(key)
+            return entry[0]
+
+    def get_or_compute(
+        self,
+        key: tuple,
+        accept: Callable[[Any], bool],
+        compute: Callable[[], tuple[Any, int]],
+        what: str,
+    ) -> Any:
+        """The entry at ``key`` if ``accept`` takes it, else ``compute()``'s value
+        (stored). One thread computes a key at a time; the others wait for it."""
+        token = key[0]
+        while True:
+            with self._lock:
+                self._purge()
+                entry = self._entries.get(key)
+                if entry is not None and accept(entry[0]):
+                    self._entries.move_to_end(key)
+                    self.counters(token).hits += 1
+                    logger.debug("statistics cache hit: %s %s", what, _show(key))
+                    return entry[0]
+                event = self._inflight.get(key)
+                if event is None:
+                    self._inflight[key] = event = threading.Event()
+                    break
+            event.wait()
+        try:
+            with self._lock:
+                self.counters(token).misses += 1
+            logger.debug("statistics cache miss: %s %s", what, _show(key))
+            value, size = compute()
+            self.put(key, value, size)
+            return value
+        finally:
+            with self._lock:
+                self._inflight.pop(key, None)
+            event.set()
+
+    def put(self, key: tuple, value: Any, size: int) -> None:
+        if size > self.max_bytes:
+            return
+        with self._lock:
+            self._purge()
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            self._entries[key] = (value, size)
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                evicted, (_, n) = self._entries.popitem(last=False)
+                self._bytes -= n
+                logger.debug("statistics cache evicted %s", _show(evicted))
+
+    def info(self, token: Any) -> dict[str, Any]:
+        with self._lock:
+            self._purge()
+            mine = [(k, n) for k, (_, n) in self._entries.items() if k[0] is token]
+            entry = self._counters.get(id(token))
+            c = entry[1] if entry is not None and entry[0] is token else _Counters()
+            return {
+                "entries": len(mine),
+                "bytes": int(sum(n for _, n in mine)),
+                "hits": c.hits,
+                "misses": c.misses,
+                "downdates": c.downdates,
+                "fallbacks": c.fallbacks,
+                "budget_bytes": int(self.max_bytes),
+                "total_bytes": int(self._bytes),
+            }
+
+
+def _show(key: tuple) -> str:
+    """A key for the log: everything but the token (an anonymous object)."""
+    return repr(key[1:])
+
+
+_STATS = _StatsCache()
+
+
+def set_statistics_cache(max_bytes: int | None = None) -> None:
+    """Bound the cache of sufficient statistics that gram-based fits share.
+
+    Every fit of a gram-based estimator (least squares, ridge, the elastic net,
+    PCA) on a :class:`~ilargi_sklearn.MultiSourceDataset` or one of its row slices
+    keeps the raw sums of its rows here (``T^T S T``, ``s^T T``, ``T^T S Y``, ...),
+    so that the candidates of a grid search compute each fold's statistics once.
+    Setting the bound clears the cache.
+
+    Parameters
+    ----------
+    max_bytes : int, optional
+        Most bytes kept (least recently used entries go first); default a
+        sixteenth of the machine's memory. ``max_bytes=0`` turns caching off.
+    """
+    _STATS.max_bytes = _default_max_bytes() if max_bytes is None else int(max_bytes)
+    _STATS.clear()
+
+
+def clear_statistics_cache() -> None:
+    """Drop every cached statistic (frees their memory; results do not change)."""
+    _STATS.clear()
+
+
+def statistics_cache_info(ds: Any) -> dict[str, Any]:
+    """What the statistics cache holds for ``ds``'s root dataset (see
+    :meth:`~ilargi_sklearn.MultiSourceDataset.cache_info`)."""
+    return _STATS.info(getattr(ds, "_root_token", None))
