@@ -407,6 +407,38 @@ def test_fit_unsupervised_ignores_target(star, capsys):
     assert len(doc["cv"]["scores"]) == 3 and all(s < 0 for s in doc["cv"]["scores"])
 
 
+@pytest.mark.parametrize(
+    "name, cls, scoring",
+    [
+        ('"ridge"\nparams = { alpha = 2.0 }', "FactorizedRidge", "r2"),
+        ('"Lasso"\nparams = { alpha = 0.01 }', "FactorizedLasso", "r2"),
+        ('"elastic_net"\nparams = { alpha = 0.01 }', "FactorizedElasticNet", "r2"),
+        (
+            '"FactorizedTruncatedSVD"\nparams = { n_components = 2 }',
+            "FactorizedTruncatedSVD",
+            None,
+        ),
+        ('"pca"\nparams = { n_components = 2 }', "FactorizedPCA", None),
+    ],
+)
+def test_fit_the_rest_of_the_family_by_name(star, capsys, name, cls, scoring):
+    """The family's estimators are available by name in a spec; the decompositions
+    are cross-validated by their own score (PCA's log-likelihood) or skip it."""
+    spec = variant(star, '"FactorizedLinearRegression"', name, "family.toml")
+    if scoring is None:
+        spec = variant(spec, 'scoring = "r2"\n', "", "family.toml")
+    code, out, err = run(["fit", spec, "--json", "--no-save"], capsys)
+    assert code == 0, err
+    if cls == "FactorizedTruncatedSVD":
+        # No score method: the spec's cross-validation has nothing to score.
+        assert "skipping cross-validation" in err
+        return
+    doc = json.loads(out)
+    assert doc["estimator"]["name"] == cls
+    if scoring == "r2":
+        assert doc["cv"]["mean"] > 0.5
+
+
 BAD_SPECS = [
     # (old, new, expected key in the message, expected text)
     (
