@@ -1,9 +1,14 @@
 """Factorized linear models: least squares, ridge, the elastic net and lasso by
-coordinate descent, and logistic regression."""
+coordinate descent, their cross-validated searches, and logistic regression."""
 
 from ilargi_sklearn.linear_model._coordinate_descent import (
     FactorizedElasticNet,
     FactorizedLasso,
+)
+from ilargi_sklearn.linear_model._cv import (
+    FactorizedElasticNetCV,
+    FactorizedLassoCV,
+    FactorizedRidgeCV,
 )
 from ilargi_sklearn.linear_model._linear import FactorizedLinearRegression
 from ilargi_sklearn.linear_model._logistic import FactorizedLogisticRegression
@@ -14,9 +19,12 @@ from ilargi_sklearn.linear_model._ridge import (
 
 __all__ = [
     "FactorizedElasticNet",
+    "FactorizedElasticNetCV",
     "FactorizedLasso",
+    "FactorizedLassoCV",
     "FactorizedLinearRegression",
     "FactorizedLogisticRegression",
     "FactorizedRidge",
+    "FactorizedRidgeCV",
     "FactorizedRidgeClassifier",
 ]
