@@ -801,28 +801,8 @@ def _single_target(estimator, y, op):
     return Y, 1
 
 
-_PATH_NOTES = """
-    The factorized rewrite: per fold one centered gram of its training rows
-    (:func:`~ilargi_sklearn.utils._stats.centered_gram` of ``T[train]``), then
-    the whole path by coordinate descent on that gram, each alpha started from
-    the previous solution (scikit-learn's ``precompute=True`` path, which its
-    ``precompute="auto"`` takes whenever ``n_samples > n_features``): no pass
-    over the data per alpha. The test rows' errors of all alphas come from one
-    product ``T[test] W`` with ``n_alphas`` columns. The alpha grid (``alphas``
-    an integer) is scikit-learn's: ``alpha_max = max_j |(T_c^T S y)_j| /
-    (s_sum l1_ratio)`` from the full data's centered right-hand side, then
-    ``alphas`` values on a log scale down to ``eps * alpha_max``. The refit on
-    all rows reuses the full data's gram, already formed for the grid.
-
-    Cost: about one gram per fold plus one for the grid and the refit (with the
-    dataset's per-fold statistics cache, about two passes over the data in all),
-    then ``O(n_features^2)`` per coordinate-descent sweep on the host.
-"""
-
-
 class FactorizedElasticNetCV(_FactorizedLinearModelCV):
-    (
-        """Elastic net with cross-validation along the regularization path on joined
+    """Elastic net with cross-validation along the regularization path on joined
     data sources, without building the join.
 
     The search of :class:`sklearn.linear_model.ElasticNetCV` on the materialized
@@ -900,9 +880,23 @@ class FactorizedElasticNetCV(_FactorizedLinearModelCV):
     FactorizedLassoCV : The L1 penalty alone.
 
     Notes
-    -----"""
-        + _PATH_NOTES
-        + """
+    -----
+    The factorized rewrite: per fold one centered gram of its training rows
+    (:func:`~ilargi_sklearn.utils._stats.centered_gram` of ``T[train]``), then
+    the whole path by coordinate descent on that gram, each alpha started from
+    the previous solution (scikit-learn's ``precompute=True`` path, which its
+    ``precompute="auto"`` takes whenever ``n_samples > n_features``): no pass
+    over the data per alpha. The test rows' errors of all alphas come from one
+    product ``T[test] W`` with ``n_alphas`` columns. The alpha grid (``alphas``
+    an integer) is scikit-learn's: ``alpha_max = max_j |(T_c^T S y)_j| /
+    (s_sum l1_ratio)`` from the full data's centered right-hand side, then
+    ``alphas`` values on a log scale down to ``eps * alpha_max``. The refit on
+    all rows reuses the full data's gram, already formed for the grid.
+
+    Cost: about one gram per fold plus one for the grid and the refit (with the
+    dataset's per-fold statistics cache, about two passes over the data in all),
+    then ``O(n_features^2)`` per coordinate-descent sweep on the host.
+
     Examples
     --------
     >>> import numpy as np
@@ -928,7 +922,6 @@ class FactorizedElasticNetCV(_FactorizedLinearModelCV):
     >>> bool(np.allclose(reg.mse_path_, ref.mse_path_, rtol=1e-6))
     True
     """
-    )
 
     _parameter_constraints: dict = {
         **_FactorizedLinearModelCV._parameter_constraints,
@@ -997,8 +990,7 @@ class FactorizedElasticNetCV(_FactorizedLinearModelCV):
 
 
 class FactorizedLassoCV(_FactorizedLinearModelCV):
-    (
-        """Lasso with cross-validation along the regularization path on joined data
+    """Lasso with cross-validation along the regularization path on joined data
     sources, without building the join.
 
     The search of :class:`sklearn.linear_model.LassoCV` on the materialized
@@ -1070,9 +1062,13 @@ class FactorizedLassoCV(_FactorizedLinearModelCV):
     FactorizedElasticNetCV : L1 and L2 penalties combined.
 
     Notes
-    -----"""
-        + _PATH_NOTES
-        + """
+    -----
+    The search of :class:`FactorizedElasticNetCV` with ``l1_ratio=1``: per fold
+    one centered gram of the training rows, the path by warm-started coordinate
+    descent on it (no pass over the data per alpha), the test errors of all
+    alphas from one product ``T[test] W``, and the refit on the full data's
+    gram, already formed for scikit-learn's alpha grid.
+
     Examples
     --------
     >>> import numpy as np
@@ -1098,7 +1094,6 @@ class FactorizedLassoCV(_FactorizedLinearModelCV):
     >>> bool(np.allclose(reg.coef_, ref.coef_, rtol=1e-5, atol=1e-8))
     True
     """
-    )
 
     def __init__(
         self,
