@@ -20,9 +20,12 @@ from ilargi_sklearn import (
 from ilargi_sklearn._backend._namespace import get_namespace, is_numpy_namespace
 from ilargi_sklearn.linear_model import (
     FactorizedElasticNet,
+    FactorizedElasticNetCV,
     FactorizedLasso,
+    FactorizedLassoCV,
     FactorizedRidge,
     FactorizedRidgeClassifier,
+    FactorizedRidgeCV,
 )
 from ilargi_sklearn.preprocessing import FactorizedPolynomialFeatures
 from ilargi_sklearn.utils._testing import random_dataset
@@ -53,6 +56,9 @@ ESTIMATORS = [
     FactorizedRidgeClassifier(),
     FactorizedElasticNet(),
     FactorizedLasso(),
+    FactorizedRidgeCV(),
+    FactorizedLassoCV(),
+    FactorizedElasticNetCV(),
     FactorizedPolynomialFeatures(),
     # AutoPlan fits an array as it is (plan "materialized-cpu"), so these run the
     # checks through its delegation. The scaler has no plans (no ``strategy``).
@@ -136,6 +142,16 @@ CASES = [
     ("ridge_classifier", FactorizedRidgeClassifier(alpha=0.5), classification_data),
     ("enet", FactorizedElasticNet(alpha=0.01, l1_ratio=0.5), regression_data),
     ("lasso", FactorizedLasso(alpha=0.01), regression_data),
+    # Leave-one-out and 3-fold searches; a tight tol so that the paths, and so
+    # the chosen alpha, agree between the plans.
+    ("ridge_cv", FactorizedRidgeCV(alphas=[0.01, 0.1, 1.0, 10.0]), regression_data),
+    ("ridge_cv_folds", FactorizedRidgeCV(alphas=[0.01, 1.0], cv=3), regression_data),
+    ("lasso_cv", FactorizedLassoCV(alphas=20, cv=3, tol=1e-8), regression_data),
+    (
+        "enet_cv",
+        FactorizedElasticNetCV(l1_ratio=[0.5, 1.0], alphas=10, cv=3, tol=1e-8),
+        regression_data,
+    ),
 ]
 CASES += [(f"auto-{name}", _auto(est), data) for name, est, data in CASES]
 
