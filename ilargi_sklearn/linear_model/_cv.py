@@ -743,7 +743,8 @@ class _FactorizedLinearModelCV(
             test_op = op.take_rows(test_idx)
             Y_test = xp.take(Y, test_idx, axis=0)
             sw_test = _take(sample_weight, test, xp, device)
-            for r, (l1_ratio, grid) in enumerate(zip(l1_ratios, grids)):
+            paths = []
+            for l1_ratio, grid in zip(l1_ratios, grids):
                 # One generator per path, as scikit-learn's enet_path makes
                 # (an integer seed gives every path the same draws).
                 rng = check_random_state(self.random_state)
@@ -759,10 +760,12 @@ class _FactorizedLinearModelCV(
                     dtype=op.dtype,
                 )
                 n_failed += failed
-                intercepts = stats.y_mean[None, :] - np.einsum(
-                    "i,kit->kt", stats.mu, coefs
-                )
-                mse[r, f] = _path_mse(test_op, Y_test, sw_test, coefs, intercepts)
+                paths.append(coefs)
+            # Every l1_ratio's path in one product with the test rows.
+            coefs = np.concatenate(paths, axis=0)
+            intercepts = stats.y_mean[None, :] - np.einsum("i,kit->kt", stats.mu, coefs)
+            errors = _path_mse(test_op, Y_test, sw_test, coefs, intercepts)
+            mse[:, f] = errors.reshape(l1_ratios.size, grids.shape[1])
         if n_failed:
             warnings.warn(
                 f"{_MESSAGE_CONV} {n_failed} of the {mse.size} fits along the "
