@@ -304,12 +304,60 @@ class _Counter:
 
 @pytest.mark.parametrize("n_alphas", [5, 40])
 def test_path_work_does_not_grow_with_alphas(monkeypatch, n_alphas):
-    """One gram per fold and one for the grid and refit, one test product per
-    fold: nothing per alpha."""
+    """Per fold one gram of the training rows and one of the test rows (the
+    test errors of every alpha are quadratic forms of its statistics), one gram
+    for the grid and the refit: nothing per alpha, no product of the rows."""
     ds, y = _noisy("star")
     counter = _Counter(monkeypatch)
     FactorizedElasticNetCV(l1_ratio=[0.5, 1.0], alphas=n_alphas, cv=4).fit(ds, y)
-    assert counter.calls == {"gram": 5, "matmul": 4, "rmatmul": 5}
+    assert counter.calls == {"gram": 9, "matmul": 0, "rmatmul": 9}
+    # Where the statistics could not resolve the errors: one test product per
+    # fold for every alpha and l1_ratio.
+    monkeypatch.setattr(_cv, "_MSE_FROM_STATS_ERROR", 0.0)
+    counter.calls.update(gram=0, matmul=0, rmatmul=0)
+    FactorizedElasticNetCV(l1_ratio=[0.5, 1.0], alphas=n_alphas, cv=4).fit(ds, y)
+    assert counter.calls == {"gram": 9, "matmul": 4, "rmatmul": 9}
+
+
+@pytest.mark.parametrize("scenario", ["star", "sparse", "union"])
+def test_test_errors_from_statistics_equal_residuals(scenario):
+    """The test errors from the test rows' statistics equal those of the
+    residuals (and a target fitted exactly falls back to the residuals)."""
+    ds, y = _noisy(scenario)
+    op, Y = ds.operator, y[:, None]
+    train, test = np.arange(0, len(y), 2), np.arange(1, len(y), 2)
+    stats = centered_gram(op.take_rows(train), None, True, Y[train])
+    grid = _cv._alpha_grid(stats, 1.0, 1e-3, 12, False)
+    coefs, _ = _cv._enet_path(
+        stats,
+        grid,
+        1.0,
+        max_iter=1000,
+        tol=1e-6,
+        rng=check_random_state(0),
+        selection="cyclic",
+        positive=False,
+        dtype=op.dtype,
+    )
+    intercepts = stats.y_mean[None, :] - np.einsum("i,kit->kt", stats.mu, coefs)
+    sw = _weights(len(y))[test]
+    for w in (None, sw):
+        args = (op.take_rows(test), Y[test], w, coefs, intercepts)
+        assert_close(
+            _cv._path_mse(*args), _cv._path_mse_by_product(*args), kind="solver"
+        )
+    # An exact fit: the statistics' rounding is above the error, residuals used.
+    exact = ds.materialize("dense") @ np.arange(ds.shape[1], dtype=float)
+    args = (
+        op.take_rows(test),
+        exact[test, None],
+        None,
+        np.arange(ds.shape[1], dtype=float)[None, :, None],
+        np.zeros((1, 1)),
+    )
+    mse = _cv._path_mse(*args)
+    assert mse[0] == _cv._path_mse_by_product(*args)[0]
+    assert mse[0] < 1e-20
 
 
 @pytest.mark.parametrize("n_alphas", [3, 30])

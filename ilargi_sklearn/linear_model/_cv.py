@@ -33,6 +33,7 @@ from ilargi_sklearn.linear_model._coordinate_descent import (
     _drop_constant_columns,
 )
 from ilargi_sklearn.linear_model._linear import (
+    _GRAM_NOISE,
     LinearPredictorMixin,
     _check_device_support,
     _gram_solver,
@@ -657,9 +658,50 @@ def _enet_path(
     return coefs, n_failed
 
 
+# Largest relative rounding error accepted in a test error computed from the
+# test rows' statistics; above it (float32 data, a target fitted almost exactly)
+# the errors come from the product with the test rows.
+_MSE_FROM_STATS_ERROR = 1e-9
+
+
 def _path_mse(test_op, Y_test, sw_test, coefs, intercepts):
     """(Weighted) mean squared error of every alpha of a path on a fold's test
-    rows: one product of the test rows with all the path's coefficients."""
+    rows.
+
+    From the test rows' centered statistics (``mu_t``, ``ybar_t``, ``G_t``,
+    ``rhs_t``, ``s_t``) the error of ``(w, b)`` is a quadratic form in the
+    parameters, ``(yvar_t - 2 w^T rhs_t + w^T G_t w) / s_t + (ybar_t - b -
+    mu_t^T w)^2``: one gram of the test rows (the statistics the per-fold cache
+    downdates with) and ``O(n_alphas d^2)`` on the host, with no product of
+    ``n_alphas`` columns. The form subtracts large terms when the model fits the
+    test rows almost exactly: where the rounding bound (the gram's noise,
+    ``eps sqrt(D_i D_j)`` per entry, against the error) exceeds
+    :data:`_MSE_FROM_STATS_ERROR`, the residuals are computed instead, one
+    product of the test rows with all the path's coefficients.
+    """
+    W = coefs[:, :, 0].T  # (d, k)
+    b = intercepts[:, 0]
+    stats = centered_gram(test_op, sw_test, True, Y_test)
+    sse = (
+        stats.y_var[0]
+        - 2.0 * (stats.rhs[:, 0] @ W)
+        + np.einsum("ik,ij,jk->k", W, stats.G, W)
+    )
+    offset = stats.y_mean[0] - b - stats.mu @ W
+    mse = sse / stats.sw_sum + offset**2
+    eps = _GRAM_NOISE * float(np.finfo(test_op.dtype).eps)
+    scale = stats.y_sq_norm[0] + (np.sqrt(stats.D) @ np.abs(W)) ** 2
+    noise = eps * scale / stats.sw_sum
+    with np.errstate(divide="ignore", invalid="ignore"):
+        exact = np.all(noise <= _MSE_FROM_STATS_ERROR * mse)
+    if exact:
+        return mse
+    return _path_mse_by_product(test_op, Y_test, sw_test, coefs, intercepts)
+
+
+def _path_mse_by_product(test_op, Y_test, sw_test, coefs, intercepts):
+    """The errors of :func:`_path_mse` from the residuals: one product of the
+    test rows with all the path's coefficients."""
     xp = test_op.xp
     R = _predict_path(test_op, coefs, intercepts)[:, :, 0] - Y_test
     R2 = R * R
@@ -808,7 +850,7 @@ class _FactorizedLinearModelCV(
                 )
                 n_failed += failed
                 paths.append(coefs)
-            # Every l1_ratio's path in one product with the test rows.
+            # Every l1_ratio's path at once on the test rows.
             coefs = np.concatenate(paths, axis=0)
             intercepts = stats.y_mean[None, :] - np.einsum("i,kit->kt", stats.mu, coefs)
             errors = _path_mse(test_op, Y_test, sw_test, coefs, intercepts)
