@@ -452,3 +452,47 @@ def test_bad_input_raises_like_sklearn():
         FactorizedLassoCV(alphas=[-0.1, 1.0]).fit(ds, y)
     with pytest.raises(ValueError, match="Cannot have number of splits"):
         FactorizedLassoCV(cv=5).fit(ds[:3], y[:3])
+
+
+# ------------------------------------------------------------- devices
+@pytest.mark.parametrize(
+    "est",
+    [
+        FactorizedRidgeCV(alphas=[1.0]),  # quadratic forms through the operator
+        FactorizedRidgeCV(alphas=ALPHAS, store_cv_results=True),  # eigenbasis rows
+        FactorizedRidgeCV(alphas=ALPHAS, cv=3),
+        FactorizedElasticNetCV(l1_ratio=[0.5, 1.0], alphas=10, cv=3, **TIGHT),
+    ],
+    ids=["ridge-loo-quadratic", "ridge-loo-rotated", "ridge-folds", "enet"],
+)
+def test_fit_on_another_namespace_equals_host(est, namespace):
+    """A dataset on another namespace and device gives the host's search, with
+    weights; the predictions stay on that device."""
+    from ilargi_sklearn._backend._namespace import get_namespace
+
+    xp, device = namespace
+    ds, y = _noisy("star")
+    sw = _weights(len(ds))
+    ref = clone(est).fit(ds, y, sw)
+    Xd = ds.to_device(device, namespace=None if isinstance(device, str) else xp)
+    got = clone(est).fit(Xd, y, sw)
+    assert np.all(np.asarray(got.alpha_) == np.asarray(ref.alpha_))
+    for name in ("coef_", "best_score_", "mse_path_", "cv_results_"):
+        if hasattr(ref, name):
+            assert_close(
+                getattr(got, name),
+                getattr(ref, name),
+                kind="device_fit",
+                dtype=np.float64,
+                scale=1.0,
+                err_msg=name,
+            )
+    pred = got.predict(Xd)
+    assert get_namespace(pred) is get_namespace(xp.asarray(0))
+    assert_close(
+        pred,
+        ref.predict(ds),
+        dtype=np.float64,
+        kind="device_fit",
+        scale=float(np.std(y)),
+    )
