@@ -496,3 +496,27 @@ def test_fit_on_another_namespace_equals_host(est, namespace):
         kind="device_fit",
         scale=float(np.std(y)),
     )
+
+
+def test_ridge_loo_wide_and_zero_weights_match_sklearn():
+    """Fewer rows than features (scikit-learn's n x n kernel mode: the same
+    leave-one-out errors from the d x d eigendecomposition here), and rows of
+    zero weight."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((20, 30))
+    y = X[:, 0] + rng.standard_normal(20)
+    for params in (dict(), dict(scoring="r2"), dict(store_cv_results=True)):
+        est = FactorizedRidgeCV(alphas=ALPHAS, **params).fit(X, y)
+        ref = RidgeCV(alphas=ALPHAS, **params).fit(X, y)
+        _assert_same_ridge(est, ref, np.float64)
+    X = rng.standard_normal((50, 5))
+    y = X @ rng.standard_normal(5) + rng.standard_normal(50)
+    sw = _weights(50)
+    sw[:5] = 0.0
+    est = FactorizedRidgeCV(alphas=ALPHAS, store_cv_results=True).fit(X, y, sw)
+    ref = RidgeCV(alphas=ALPHAS, store_cv_results=True).fit(X, y, sample_weight=sw)
+    _assert_same_ridge(est, ref, np.float64)
+    assert_close(est.cv_results_, ref.cv_results_, kind="solver", scale=1.0)
+    est = FactorizedLassoCV(**TIGHT).fit(X, y, sw)
+    ref = LassoCV(**TIGHT).fit(X, y, sample_weight=sw)
+    _assert_same_path(est, ref, np.float64)

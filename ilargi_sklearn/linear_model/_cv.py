@@ -380,6 +380,11 @@ class FactorizedRidgeCV(
     their sample weights where the scorer takes them, as in scikit-learn's
     ``GridSearchCV``. Ties go to the first alpha.
 
+    Both searches form the dense ``(n_features, n_features)`` gram, also on wide
+    sparse data or implicit feature expansions where :class:`FactorizedRidge`
+    would iterate on products instead (only the K-fold refit does): they suit up
+    to a few thousand features.
+
     Examples
     --------
     >>> import numpy as np
