@@ -92,12 +92,11 @@ def _fold_stats(op, Y, sample_weight, fit_intercept, train):
     """The :class:`GramStats` of the training rows of a fold: one centered gram of
     ``op.take_rows(train)`` (the statistics a fold's candidates all share)."""
     xp, device = op.xp, op.device
-    idx = asarray_on(train, xp, device)
     return centered_gram(
-        op.take_rows(idx),
-        None if sample_weight is None else xp.take(sample_weight, idx, axis=0),
+        op.take_rows(asarray_on(train, xp, device)),
+        _take(sample_weight, train, xp, device),
         fit_intercept,
-        xp.take(Y, idx, axis=0),
+        _take(Y, train, xp, device),
     )
 
 
@@ -365,13 +364,16 @@ class FactorizedRidgeCV(
 
         e_i = sqrt(s_i) r_i / (1 - s_i (t_i - mu)^T A_k (t_i - mu) - s_i / s_sum)
 
-    (scikit-learn's formula; the last term with an intercept). The quadratic
-    forms are computed per pair of sources
+    (scikit-learn's formula; the last term with an intercept). For one or two
+    alphas the quadratic forms are computed per pair of sources
     (:func:`~ilargi_sklearn.multisource._interactions.rowwise_quadratic`), the
     residuals ``r`` and the centering terms ``T A_k mu`` in one product with
-    ``n_alphas (n_targets + 1)`` columns: the design's left singular vectors are
-    never formed. Cost: one gram and one transposed product, one product, one
-    pass of quadratic forms.
+    ``n_alphas (n_targets + 1)`` columns. For more, the rows in the gram's
+    eigenbasis ``Z = T_c V`` (the design's ``U S``) give every alpha at once,
+    ``h_k = (Z * Z) diag(1 / (l + alpha_k))`` and ``T_c w_k = Z diag(1 / (l +
+    alpha_k)) V^T T_c^T S y``, with ``Z`` formed a block of columns at a time
+    (never whole). Cost: one gram and one transposed product, then products
+    with ``n_features`` columns in all (or one per alpha's quadratic form).
 
     K folds: per fold the statistics of its training rows
     (``centered_gram`` of ``T[train]``), one Cholesky factorization per alpha,
@@ -988,16 +990,21 @@ class FactorizedElasticNetCV(_FactorizedLinearModelCV):
     the whole path by coordinate descent on that gram, each alpha started from
     the previous solution (scikit-learn's ``precompute=True`` path, which its
     ``precompute="auto"`` takes whenever ``n_samples > n_features``): no pass
-    over the data per alpha. The test rows' errors of all alphas come from one
-    product ``T[test] W`` with ``n_alphas`` columns. The alpha grid (``alphas``
+    over the data per alpha. The test rows' errors of all alphas are quadratic
+    forms of the path's parameters in the test rows' centered statistics
+    (``(yvar_t - 2 w^T rhs_t + w^T G_t w) / s_t + (ybar_t - b - mu_t^T w)^2``),
+    or, where their rounding could reach 1e-9 of an error (float32 data, a
+    target fitted almost exactly), the residuals of one product ``T[test] W``
+    with ``n_alphas`` columns. The alpha grid (``alphas``
     an integer) is scikit-learn's: ``alpha_max = max_j |(T_c^T S y)_j| /
     (s_sum l1_ratio)`` from the full data's centered right-hand side, then
     ``alphas`` values on a log scale down to ``eps * alpha_max``. The refit on
     all rows reuses the full data's gram, already formed for the grid.
 
-    Cost: about one gram per fold plus one for the grid and the refit (with the
-    dataset's per-fold statistics cache, about two passes over the data in all),
-    then ``O(n_features^2)`` per coordinate-descent sweep on the host.
+    Cost: two grams per fold (its training and its test rows) plus one for the
+    grid and the refit (with the dataset's per-fold statistics cache, which
+    downdates the full gram by the test rows', about two passes over the data
+    in all), then ``O(n_features^2)`` per coordinate-descent sweep on the host.
 
     Examples
     --------
@@ -1168,7 +1175,7 @@ class FactorizedLassoCV(_FactorizedLinearModelCV):
     The search of :class:`FactorizedElasticNetCV` with ``l1_ratio=1``: per fold
     one centered gram of the training rows, the path by warm-started coordinate
     descent on it (no pass over the data per alpha), the test errors of all
-    alphas from one product ``T[test] W``, and the refit on the full data's
+    alphas from the test rows' statistics, and the refit on the full data's
     gram, already formed for scikit-learn's alpha grid.
 
     Examples
