@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     records, rows = [], []
     cases = [(c, list(PLANS)) for c in _cases(args.grid, args.rows)]
     if args.big:
-        big = dict(_cases("20:5", args.big)[0])
+        big = dict(_cases("20:5:10", args.big)[0])
         cases.append((big, ["factorized"]))
     for case, plans in cases:
         label = be.case_label(case)

@@ -13,10 +13,12 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from ilargi_sklearn import (
     AutoPlan,
     FactorizedElasticNet,
+    FactorizedElasticNetCV,
     FactorizedGammaRegressor,
     FactorizedGNMF,
     FactorizedKMeans,
     FactorizedLasso,
+    FactorizedLassoCV,
     FactorizedLinearRegression,
     FactorizedLogisticRegression,
     FactorizedPCA,
@@ -24,6 +26,7 @@ from ilargi_sklearn import (
     FactorizedPolynomialFeatures,
     FactorizedRidge,
     FactorizedRidgeClassifier,
+    FactorizedRidgeCV,
     FactorizedStandardScaler,
     FactorizedTruncatedSVD,
     FactorizedTweedieRegressor,
@@ -57,6 +60,9 @@ ESTIMATORS = [
     FactorizedRidgeClassifier(),
     FactorizedElasticNet(),
     FactorizedLasso(),
+    FactorizedRidgeCV(),
+    FactorizedLassoCV(),
+    FactorizedElasticNetCV(),
     FactorizedPolynomialFeatures(),
     FactorizedPoissonRegressor(),
     FactorizedGammaRegressor(),
@@ -155,6 +161,16 @@ CASES = [
     ("tweedie", FactorizedTweedieRegressor(power=1.5, alpha=0.01, tol=1e-8), glm_data),
     ("pca", FactorizedPCA(n_components=3, whiten=True), _unsupervised_data),
     ("svd", FactorizedTruncatedSVD(n_components=3, random_state=0), _unsupervised_data),
+    # Leave-one-out and 3-fold searches; a tight tol so that the paths, and so
+    # the chosen alpha, agree between the plans.
+    ("ridge_cv", FactorizedRidgeCV(alphas=[0.01, 0.1, 1.0, 10.0]), regression_data),
+    ("ridge_cv_folds", FactorizedRidgeCV(alphas=[0.01, 1.0], cv=3), regression_data),
+    ("lasso_cv", FactorizedLassoCV(alphas=20, cv=3, tol=1e-8), regression_data),
+    (
+        "enet_cv",
+        FactorizedElasticNetCV(l1_ratio=[0.5, 1.0], alphas=10, cv=3, tol=1e-8),
+        regression_data,
+    ),
 ]
 CASES += [(f"auto-{name}", _auto(est), data) for name, est, data in CASES]
 

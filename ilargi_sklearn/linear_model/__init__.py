@@ -1,10 +1,15 @@
 """Factorized linear models: least squares, ridge, the elastic net and lasso by
-coordinate descent, logistic regression, and the generalized linear models
-(Poisson, Gamma, Tweedie)."""
+coordinate descent, their cross-validated searches, logistic regression, and the
+generalized linear models (Poisson, Gamma, Tweedie)."""
 
 from ilargi_sklearn.linear_model._coordinate_descent import (
     FactorizedElasticNet,
     FactorizedLasso,
+)
+from ilargi_sklearn.linear_model._cv import (
+    FactorizedElasticNetCV,
+    FactorizedLassoCV,
+    FactorizedRidgeCV,
 )
 from ilargi_sklearn.linear_model._glm import (
     FactorizedGammaRegressor,
@@ -20,12 +25,15 @@ from ilargi_sklearn.linear_model._ridge import (
 
 __all__ = [
     "FactorizedElasticNet",
+    "FactorizedElasticNetCV",
     "FactorizedGammaRegressor",
     "FactorizedLasso",
+    "FactorizedLassoCV",
     "FactorizedLinearRegression",
     "FactorizedLogisticRegression",
     "FactorizedPoissonRegressor",
     "FactorizedRidge",
+    "FactorizedRidgeCV",
     "FactorizedRidgeClassifier",
     "FactorizedTweedieRegressor",
 ]

@@ -60,6 +60,19 @@ def _drop_constant_columns(G, rhs, D, dtype):
     return G, rhs
 
 
+def _check_finite_stats(stats, dtype):
+    """Refuse a gram or right-hand side that overflowed: coordinate descent would
+    read NaN as "no update" and return zeros."""
+    if not (np.isfinite(stats.G).all() and np.isfinite(stats.rhs).all()):
+        raise ValueError(
+            f"The gram of X (or X^T y) overflowed to non-finite values "
+            f"(largest finite entry of the dtype: {np.finfo(dtype).max:.3g}); "
+            "the data contain values too large for "
+            f"{np.dtype(dtype).name}: scale them first (e.g. with "
+            "FactorizedStandardScaler)."
+        )
+
+
 class FactorizedElasticNet(
     LinearPredictorMixin, DeviceMixin, RegressorMixin, BaseEstimator
 ):
@@ -299,17 +312,19 @@ class FactorizedElasticNet(
             strategy=self.strategy,
         )
         _check_device_support(op, name)
-        n_features, n_targets = op.n_cols, Y.shape[1]
         stats = centered_gram(op, sample_weight, self.fit_intercept, Y)
-        if not (np.isfinite(stats.G).all() and np.isfinite(stats.rhs).all()):
-            # Coordinate descent would read NaN as "no update" and return zeros.
-            raise ValueError(
-                f"The gram of X (or X^T y) overflowed to non-finite values "
-                f"(largest finite entry of the dtype: {np.finfo(op.dtype).max:.3g}); "
-                "the data contain values too large for "
-                f"{np.dtype(op.dtype).name}: scale them first (e.g. with "
-                "FactorizedStandardScaler)."
-            )
+        self._fit_gram(op, stats, y_ndim)
+        return self
+
+    def _fit_gram(self, op, stats, y_ndim):
+        """Coordinate descent on ``stats`` (the :class:`GramStats` of ``op`` and
+        the target, one column per target) and the fitted attributes.
+
+        The cross-validated models refit through this on the statistics they
+        already hold for the alpha grid: no second pass over the data.
+        """
+        n_features, n_targets = op.n_cols, stats.rhs.shape[1]
+        _check_finite_stats(stats, op.dtype)
         G, rhs = _drop_constant_columns(stats.G, stats.rhs, stats.D, op.dtype)
         coef0 = self._start(n_targets, n_features)
         coef = np.zeros((n_targets, n_features))
@@ -339,7 +354,7 @@ class FactorizedElasticNet(
                     f"{_MESSAGE_CONV} Duality gap: {dual_gap[k]:.6e}, tolerance: "
                     f"{gap_tol:.3e}",
                     ConvergenceWarning,
-                    stacklevel=2,
+                    stacklevel=3,
                 )
         intercept = stats.y_mean - coef @ stats.mu
         if not (np.isfinite(coef).all() and np.isfinite(intercept).all()):
@@ -364,7 +379,6 @@ class FactorizedElasticNet(
         dual_gap = dual_gap.astype(dtype)
         self.dual_gap_ = dual_gap[0] if n_targets == 1 else dual_gap
         self.n_iter_ = n_iter[0] if n_targets == 1 else n_iter
-        return self
 
     def _start(self, n_targets, n_features):
         """The first iterate: the previous ``coef_`` under ``warm_start``."""

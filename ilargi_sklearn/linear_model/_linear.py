@@ -191,6 +191,47 @@ def _psd_solver(G, D, dtype, cond):
     return solve, rank, np.inf
 
 
+def _gram_solver(stats, alphas, dtype, cond):
+    """A solver of ``(G + alpha_j I) x_j = b_j`` for the centered gram of ``stats``
+    (:class:`~ilargi_sklearn.utils._stats.GramStats`), one penalty per column.
+
+    Columns that are constant up to rounding (a "year" column, a dimension
+    attribute that never varies) have a centered variance that is pure
+    cancellation noise, which would also leak into every other direction through
+    the off-diagonal noise: they get a zero coefficient, as with lstsq. Columns
+    that share a penalty share one factorization (:func:`_psd_solver`).
+
+    Returns
+    -------
+    solve : callable
+        ``solve(b)`` for ``b`` of shape (n_features, len(alphas)).
+    rank : int
+        The smallest effective rank over the penalties.
+    error : float
+        The largest error bound of :func:`_psd_solver` over the penalties.
+    free : ndarray of int
+        The columns that are not constant.
+    """
+    G, D = stats.G, stats.D
+    free = np.flatnonzero(np.diag(G) > _GRAM_NOISE * float(np.finfo(dtype).eps) * D)
+    G_free, D_free = G[np.ix_(free, free)], D[free]
+    solvers, rank, error = [], free.size, 0.0
+    for a in np.unique(alphas):
+        targets = np.flatnonzero(alphas == a)
+        A = G_free + a * np.eye(free.size) if a else G_free
+        solve_a, rank_a, error_a = _psd_solver(A, D_free, dtype, cond)
+        solvers.append((targets, solve_a))
+        rank, error = min(rank, rank_a), max(error, error_a)
+
+    def solve(b):
+        x = np.zeros_like(b)
+        for targets, solve_a in solvers:
+            x[np.ix_(free, targets)] = solve_a(b[np.ix_(free, targets)])
+        return x
+
+    return solve, rank, error, free
+
+
 def _solve_normal_equations(
     op, Y, sample_weight, fit_intercept, cond, max_refine=5, alpha=None
 ):
@@ -252,30 +293,10 @@ def _solve_normal_equations(
         return R if sample_weight is None else R * sample_weight[:, None]
 
     stats = centered_gram(op, sample_weight, fit_intercept, Y)
-    G, D, mu, rhs, y_mean = stats.G, stats.D, stats.mu, stats.rhs, stats.y_mean
-    # Columns that are constant up to rounding (a "year" column, a dimension
-    # attribute that never varies) have a centered variance that is pure
-    # cancellation noise, which would also leak into every other direction through
-    # the off-diagonal noise: they get a zero coefficient, as with lstsq.
-    free = np.flatnonzero(np.diag(G) > _GRAM_NOISE * float(np.finfo(dtype).eps) * D)
+    D, mu, rhs, y_mean = stats.D, stats.mu, stats.rhs, stats.y_mean
     n_targets = Y.shape[1]
     alphas = np.zeros(n_targets) if alpha is None else np.asarray(alpha, dtype=float)
-    G_free, D_free = G[np.ix_(free, free)], D[free]
-    # Targets that share a penalty share one factorization.
-    solvers, rank, error = [], free.size, 0.0
-    for a in np.unique(alphas):
-        targets = np.flatnonzero(alphas == a)
-        A = G_free + a * np.eye(free.size) if a else G_free
-        solve_a, rank_a, error_a = _psd_solver(A, D_free, dtype, cond)
-        solvers.append((targets, solve_a))
-        rank, error = min(rank, rank_a), max(error, error_a)
-
-    def solve(b):
-        x = np.zeros_like(b)
-        for targets, solve_a in solvers:
-            x[np.ix_(free, targets)] = solve_a(b[np.ix_(free, targets)])
-        return x
-
+    solve, rank, error, free = _gram_solver(stats, alphas, dtype, cond)
     coef = solve(rhs)  # (n_features, n_targets)
     if n_features == 0 or rank == 0:
         return coef.T, y_mean, rank
