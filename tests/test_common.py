@@ -21,6 +21,7 @@ from ilargi_sklearn._backend._namespace import get_namespace, is_numpy_namespace
 from ilargi_sklearn.linear_model import (
     FactorizedElasticNet,
     FactorizedLasso,
+    FactorizedLogisticRegressionCV,
     FactorizedRidge,
     FactorizedRidgeClassifier,
 )
@@ -53,6 +54,7 @@ ESTIMATORS = [
     FactorizedRidgeClassifier(),
     FactorizedElasticNet(),
     FactorizedLasso(),
+    FactorizedLogisticRegressionCV(),
     FactorizedPolynomialFeatures(),
     # AutoPlan fits an array as it is (plan "materialized-cpu"), so these run the
     # checks through its delegation. The scaler has no plans (no ``strategy``).
@@ -72,6 +74,13 @@ _KMEANS_SEEDING = (
 # AutoPlan's fit takes **fit_params, so scikit-learn sees no sample_weight and
 # skips these checks for it.
 EXPECTED_FAILED = {
+    "FactorizedLogisticRegressionCV": {
+        "check_non_transformer_estimators_n_iter": (
+            "a C whose warm start (the previous C's solution) already meets tol runs "
+            "0 iterations, as in scikit-learn's LogisticRegressionCV (whose own "
+            "checks run it with max_iter=5)"
+        ),
+    },
     "FactorizedKMeans": {
         "check_sample_weight_equivalence_on_dense_data": _KMEANS_SEEDING,
         "check_sample_weight_equivalence_on_sparse_data": _KMEANS_SEEDING,
@@ -136,6 +145,11 @@ CASES = [
     ("ridge_classifier", FactorizedRidgeClassifier(alpha=0.5), classification_data),
     ("enet", FactorizedElasticNet(alpha=0.01, l1_ratio=0.5), regression_data),
     ("lasso", FactorizedLasso(alpha=0.01), regression_data),
+    (
+        "logistic_cv",
+        FactorizedLogisticRegressionCV(Cs=4, cv=3, tol=1e-8, max_iter=500),
+        classification_data,
+    ),
 ]
 CASES += [(f"auto-{name}", _auto(est), data) for name, est, data in CASES]
 
