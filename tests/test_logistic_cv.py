@@ -196,9 +196,15 @@ def _assert_same_search(est, ref, scale=1.0):
     np.testing.assert_array_equal(est.classes_, ref.classes_)
 
 
-@pytest.mark.parametrize("n_classes", [2, 3])
-@pytest.mark.parametrize("scoring", [None, "neg_log_loss", "roc_auc_ovr"])
-@pytest.mark.parametrize("refit", [True, False])
+@pytest.mark.parametrize(
+    "n_classes, scoring, refit",
+    [
+        (n_classes, scoring, True)
+        for n_classes in (2, 3)
+        for scoring in (None, "neg_log_loss", "roc_auc_ovr")
+    ]
+    + [(2, "neg_log_loss", False), (3, None, False)],
+)
 def test_cv_matches_sklearn(n_classes, scoring, refit):
     ds, y, T = _data(n_classes, seed=7)
     folds = list(StratifiedKFold(4, shuffle=True, random_state=0).split(T, y))

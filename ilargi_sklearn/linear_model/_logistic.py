@@ -337,7 +337,8 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
         numbers as NumPy); pickles hold NumPy arrays. "gpu" without a usable GPU
         raises a ``RuntimeError`` with the probe's reason. A materialized dense
         plan on the GPU with ``solver="lbfgs"`` is fitted by cuML's L-BFGS
-        (``solver="qn"``) when cuML is installed.
+        (``solver="qn"``) when cuML is installed, except under a warm start (cuML
+        takes no initial point).
 
     Attributes
     ----------
@@ -359,6 +360,8 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
     See Also
     --------
     sklearn.linear_model.LogisticRegression : The same model on a single matrix.
+    FactorizedLogisticRegressionCV : ``C`` chosen by cross-validation, along a
+        warm-started path of Cs.
     FactorizedLinearRegression : Factorized least squares.
 
     Notes
