@@ -284,6 +284,18 @@ def test_repeated_training_rows_count_as_often_as_given():
     _assert_same_search(est, ref)
 
 
+def test_folds_given_as_masks_or_negative_indices():
+    ds, y, _ = _data(2, seed=12)
+    n = len(y)
+    mask = np.arange(n) % 3 == 0
+    as_index = [(np.flatnonzero(~mask), np.flatnonzero(mask))]
+    est = FactorizedLogisticRegressionCV(Cs=3, cv=as_index, **EXACT).fit(ds, y)
+    for cv in ([(~mask, mask)], [(np.flatnonzero(~mask) - n, np.flatnonzero(mask))]):
+        other = FactorizedLogisticRegressionCV(Cs=3, cv=cv, **EXACT).fit(ds, y)
+        np.testing.assert_array_equal(other.scores_, est.scores_)
+        np.testing.assert_array_equal(other.coefs_paths_, est.coefs_paths_)
+
+
 def test_callable_scorer_gets_the_fold_rows():
     ds, y, T = _data(2, seed=13)
     seen = []

@@ -284,9 +284,12 @@ class FactorizedLogisticRegressionCV(FactorizedLogisticRegression):
         coefs_paths = np.empty((n_folds, n_cs, n_outputs * n_dof))
         scores = np.empty((n_folds, n_cs))
         n_iter = np.empty((n_folds, n_cs), dtype=np.int32)
+        all_rows = np.arange(op.n_rows)
         for f, (train, test) in enumerate(folds):
-            train = np.asarray(train)
-            test = np.asarray(test)
+            # Row numbers in [0, n_rows) from the splitter's indices or masks, as
+            # indexing an array with them selects (negative ones count from the
+            # end; out of range raises an IndexError).
+            train, test = all_rows[np.asarray(train)], all_rows[np.asarray(test)]
             coefs_paths[f], n_iter[f] = _logistic_regression_path(
                 *_training_rows(op, target, fit_weight, train),
                 Cs,
