@@ -265,7 +265,8 @@ def _logistic_regression_path(
                         "the features (for example with ilargi_sklearn's "
                         "FactorizedStandardScaler).",
                         ConvergenceWarning,
-                        stacklevel=3,
+                        # path <- fit <- _fit_context <- the caller
+                        stacklevel=4,
                     )
                 w = result.x
                 coefs[i] = w
@@ -590,7 +591,7 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
                 f"Gradient descent did not reach tol={self.tol} in "
                 f"max_iter={self.max_iter} iterations; increase max_iter.",
                 ConvergenceWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
         return w, n_iter
 
