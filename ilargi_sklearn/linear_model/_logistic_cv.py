@@ -13,6 +13,7 @@ from sklearn.model_selection import check_cv
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.class_weight import compute_class_weight
 
+from ilargi_sklearn._backend._launcher import one_blas_thread
 from ilargi_sklearn._backend._namespace import asarray_on, to_numpy
 from ilargi_sklearn.linear_model._logistic import (
     FactorizedLogisticRegression,
@@ -284,57 +285,63 @@ class FactorizedLogisticRegressionCV(FactorizedLogisticRegression):
         coefs_paths = np.empty((n_folds, n_cs, n_outputs * n_dof))
         scores = np.empty((n_folds, n_cs))
         n_iter = np.empty((n_folds, n_cs), dtype=np.int32)
-        all_rows = np.arange(op.n_rows)
-        for f, (train, test) in enumerate(folds):
-            # Row numbers in [0, n_rows) from the splitter's indices or masks, as
-            # indexing an array with them selects (negative ones count from the
-            # end; out of range raises an IndexError).
-            train, test = all_rows[np.asarray(train)], all_rows[np.asarray(test)]
-            coefs_paths[f], n_iter[f] = _logistic_regression_path(
-                *_training_rows(op, target, fit_weight, train),
-                Cs,
-                fit_intercept=self.fit_intercept,
-                loss=loss,
-                w0=np.zeros(n_outputs * n_dof),
-                max_iter=self.max_iter,
-                tol=self.tol,
-            )
-            op_test, X_test = _test_rows(X, op, test)
-            scores[f] = _path_scores(
-                self,
-                op_test,
-                coefs_paths[f],
-                classes,
-                n_outputs,
-                scorer,
-                X_test,
-                labels[test],
-                None if sw_scores is None else sw_scores[test],
-            )
+        # BLAS on one thread for the whole search, as in the path: the scores'
+        # products have as many columns as Cs (thin blocks), where BLAS's threads
+        # cost more than they save (7x slower with two OpenBLAS threads on a
+        # loaded two-core machine: 98 ms against 13 ms for a test fold of 4e4
+        # rows and 10 Cs).
+        with one_blas_thread():
+            all_rows = np.arange(op.n_rows)
+            for f, (train, test) in enumerate(folds):
+                # Row numbers in [0, n_rows) from the splitter's indices or masks, as
+                # indexing an array with them selects (negative ones count from the
+                # end; out of range raises an IndexError).
+                train, test = all_rows[np.asarray(train)], all_rows[np.asarray(test)]
+                coefs_paths[f], n_iter[f] = _logistic_regression_path(
+                    *_training_rows(op, target, fit_weight, train),
+                    Cs,
+                    fit_intercept=self.fit_intercept,
+                    loss=loss,
+                    w0=np.zeros(n_outputs * n_dof),
+                    max_iter=self.max_iter,
+                    tol=self.tol,
+                )
+                op_test, X_test = _test_rows(X, op, test)
+                scores[f] = _path_scores(
+                    self,
+                    op_test,
+                    coefs_paths[f],
+                    classes,
+                    n_outputs,
+                    scorer,
+                    X_test,
+                    labels[test],
+                    None if sw_scores is None else sw_scores[test],
+                )
 
-        if self.refit:
-            # The sum over folds, as scikit-learn: a mean could round two
-            # different sums to a tie, and argmax takes the first of ties.
-            best = int(np.argmax(scores.sum(axis=0)))
-            C = float(Cs[best])
-            fit_sum = op.n_rows if fit_weight is None else float(xp.sum(fit_weight))
-            w, _ = _logistic_regression_path(
-                op,
-                target,
-                fit_weight,
-                fit_sum,
-                [C],
-                fit_intercept=self.fit_intercept,
-                loss=loss,
-                w0=coefs_paths[:, best].mean(axis=0),
-                max_iter=self.max_iter,
-                tol=self.tol,
-            )
-            w = w[0]
-        else:
-            best = np.argmax(scores, axis=1)
-            w = coefs_paths[np.arange(n_folds), best].mean(axis=0)
-            C = float(np.mean(Cs[best]))
+            if self.refit:
+                # The sum over folds, as scikit-learn: a mean could round two
+                # different sums to a tie, and argmax takes the first of ties.
+                best = int(np.argmax(scores.sum(axis=0)))
+                C = float(Cs[best])
+                fit_sum = op.n_rows if fit_weight is None else float(xp.sum(fit_weight))
+                w, _ = _logistic_regression_path(
+                    op,
+                    target,
+                    fit_weight,
+                    fit_sum,
+                    [C],
+                    fit_intercept=self.fit_intercept,
+                    loss=loss,
+                    w0=coefs_paths[:, best].mean(axis=0),
+                    max_iter=self.max_iter,
+                    tol=self.tol,
+                )
+                w = w[0]
+            else:
+                best = np.argmax(scores, axis=1)
+                w = coefs_paths[np.arange(n_folds), best].mean(axis=0)
+                C = float(np.mean(Cs[best]))
 
         self.classes_ = classes
         self.Cs_ = Cs
