@@ -362,3 +362,29 @@ def test_bad_input():
         FactorizedLogisticRegressionCV(class_weight={7: 1.0}).fit(ds, y)
     with pytest.raises(ValueError, match="Unknown label type: continuous"):
         FactorizedLogisticRegressionCV().fit(ds, np.linspace(0, 1, len(y)))
+
+
+# -------------------------------------------------------------- other arrays
+@pytest.mark.slow
+def test_dask_dataset_gives_the_in_memory_search(dask_client):
+    da = pytest.importorskip("dask.array", reason="the [dask] extra is not installed")
+    from ilargi_sklearn.distributed import dask_dataset
+
+    rng = np.random.default_rng(17)
+    n = 400
+    base, S1 = rng.standard_normal((n, 3)), rng.standard_normal((20, 4))
+    idx1 = rng.integers(-1, 20, n)  # a left join: -1 are unmatched rows
+    mem = MultiSourceDataset.from_matrices([base, S1], [None, idx1])
+    dds = dask_dataset(
+        [da.from_array(base, chunks=(100, 3)), S1],
+        [None, da.from_array(idx1, chunks=100)],
+    )
+    y = (mem @ rng.standard_normal(7) + rng.logistic(size=n) > 0).astype(int)
+    # Few evaluations: each one runs a Dask graph. Both fits take the same steps
+    # (their objectives differ in the order of reductions only).
+    kw = dict(Cs=[0.1, 10.0], cv=2, tol=1e-6)
+    ref = FactorizedLogisticRegressionCV(**kw).fit(mem, y)
+    got = FactorizedLogisticRegressionCV(**kw).fit(dds, y)
+    assert got.C_ == ref.C_
+    assert_close(got.scores_, ref.scores_, kind="device", scale=1.0)
+    assert_close(got.coef_, ref.coef_, kind="iterative", scale=1.0)
