@@ -360,6 +360,11 @@ def test_bad_input():
         FactorizedLogisticRegressionCV(cv=2).fit(ds, np.zeros(len(y)))
     with pytest.raises(ValueError, match="class_weight dict must have the class"):
         FactorizedLogisticRegressionCV(class_weight={7: 1.0}).fit(ds, y)
+    sw = np.ones(len(y))
+    sw[: len(y) // 2] = 0.0
+    cv = [(np.arange(len(y) // 2), np.arange(len(y) // 2, len(y)))]
+    with pytest.raises(ValueError, match="training rows have a total weight of 0"):
+        FactorizedLogisticRegressionCV(cv=cv).fit(ds, y, sample_weight=sw)
     with pytest.raises(ValueError, match="Unknown label type: continuous"):
         FactorizedLogisticRegressionCV().fit(ds, np.linspace(0, 1, len(y)))
 
