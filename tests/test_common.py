@@ -21,6 +21,7 @@ from ilargi_sklearn import (
     FactorizedLassoCV,
     FactorizedLinearRegression,
     FactorizedLogisticRegression,
+    FactorizedLogisticRegressionCV,
     FactorizedPCA,
     FactorizedPoissonRegressor,
     FactorizedPolynomialFeatures,
@@ -63,6 +64,7 @@ ESTIMATORS = [
     FactorizedRidgeCV(),
     FactorizedLassoCV(),
     FactorizedElasticNetCV(),
+    FactorizedLogisticRegressionCV(),
     FactorizedPolynomialFeatures(),
     FactorizedPoissonRegressor(),
     FactorizedGammaRegressor(),
@@ -88,6 +90,13 @@ _KMEANS_SEEDING = (
 # AutoPlan's fit takes **fit_params, so scikit-learn sees no sample_weight and
 # skips these checks for it.
 EXPECTED_FAILED = {
+    "FactorizedLogisticRegressionCV": {
+        "check_non_transformer_estimators_n_iter": (
+            "a C whose warm start (the previous C's solution) already meets tol runs "
+            "0 iterations, as in scikit-learn's LogisticRegressionCV (whose own "
+            "checks run it with max_iter=5)"
+        ),
+    },
     "FactorizedKMeans": {
         "check_sample_weight_equivalence_on_dense_data": _KMEANS_SEEDING,
         "check_sample_weight_equivalence_on_sparse_data": _KMEANS_SEEDING,
@@ -170,6 +179,11 @@ CASES = [
         "enet_cv",
         FactorizedElasticNetCV(l1_ratio=[0.5, 1.0], alphas=10, cv=3, tol=1e-8),
         regression_data,
+    ),
+    (
+        "logistic_cv",
+        FactorizedLogisticRegressionCV(Cs=4, cv=3, tol=1e-8, max_iter=500),
+        classification_data,
     ),
 ]
 CASES += [(f"auto-{name}", _auto(est), data) for name, est, data in CASES]

@@ -1,6 +1,6 @@
 """Factorized linear models: least squares, ridge, the elastic net and lasso by
-coordinate descent, their cross-validated searches, logistic regression, and the
-generalized linear models (Poisson, Gamma, Tweedie)."""
+coordinate descent, their cross-validated searches, logistic regression (with C chosen by
+cross-validation), and the generalized linear models (Poisson, Gamma, Tweedie)."""
 
 from ilargi_sklearn.linear_model._coordinate_descent import (
     FactorizedElasticNet,
@@ -18,6 +18,7 @@ from ilargi_sklearn.linear_model._glm import (
 )
 from ilargi_sklearn.linear_model._linear import FactorizedLinearRegression
 from ilargi_sklearn.linear_model._logistic import FactorizedLogisticRegression
+from ilargi_sklearn.linear_model._logistic_cv import FactorizedLogisticRegressionCV
 from ilargi_sklearn.linear_model._ridge import (
     FactorizedRidge,
     FactorizedRidgeClassifier,
@@ -31,6 +32,7 @@ __all__ = [
     "FactorizedLassoCV",
     "FactorizedLinearRegression",
     "FactorizedLogisticRegression",
+    "FactorizedLogisticRegressionCV",
     "FactorizedPoissonRegressor",
     "FactorizedRidge",
     "FactorizedRidgeCV",

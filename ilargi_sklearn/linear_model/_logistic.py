@@ -133,6 +133,126 @@ def _labels_from_scores(classes, scores, xp, caller):
     return caller.give(labels)
 
 
+def _check_two_classes(classes):
+    if classes.shape[0] < 2:
+        label = classes[0].item() if hasattr(classes[0], "item") else classes[0]
+        raise ValueError(
+            "This solver needs samples of at least 2 classes in the data, but the "
+            f"data contains only one class: {label!r}."
+        )
+
+
+def _loss_target(y_codes, n_classes, xp):
+    """``(loss, n_outputs, target)``: the pointwise loss of ``n_classes`` classes
+    and the class codes ``y_codes`` in its encoding (where ``y_codes`` lives)."""
+    if n_classes == 2:
+        return "binomial", 1, xp.astype(y_codes == 1, xp.float64)
+    k = xp.arange(n_classes, dtype=y_codes.dtype, device=device_of(y_codes))
+    return (
+        "multinomial",
+        n_classes,
+        xp.astype(y_codes[:, None] == k[None, :], xp.float64),
+    )
+
+
+def _fitted_coef(w, op, n_outputs, fit_intercept):
+    """``(coef_, intercept_)`` of flat parameters ``w``: the training data's dtype,
+    where the fit ran (zeros for the intercept without one)."""
+    coef, intercept = _split_coef(w, op.n_cols, n_outputs, fit_intercept)
+    if intercept is None:
+        intercept = np.zeros(n_outputs)
+    return (
+        asarray_on(coef.astype(op.dtype), op.xp, op.device),
+        asarray_on(intercept.astype(op.dtype), op.xp, op.device),
+    )
+
+
+def _logistic_regression_path(
+    op,
+    target,
+    sample_weight,
+    sw_sum,
+    Cs,
+    *,
+    fit_intercept,
+    loss,
+    w0,
+    max_iter,
+    tol,
+):
+    """Fit the L2-penalized logistic model for each C of ``Cs`` in turn, each fit
+    started from the previous solution (a warm start), as scikit-learn's
+    ``_logistic_regression_path`` with ``solver="lbfgs"``.
+
+    Parameters
+    ----------
+    op : Operator
+        The design matrix ``T`` of shape (n_samples, n_features).
+    target : array
+        The labels in the encoding of ``loss`` (see :func:`_loss_target`), where
+        ``op`` lives.
+    sample_weight : array of shape (n_samples,) or None
+        Sample weights where ``op`` lives (class weights included); None for unit
+        weights.
+    sw_sum : float
+        ``sum(sample_weight)`` (``n_samples`` for unit weights).
+    Cs : sequence of float
+        Inverse penalty strengths, fitted in this order; ``np.inf`` fits without
+        penalty.
+    fit_intercept : bool
+    loss : {"binomial", "multinomial"}
+    w0 : ndarray of shape (n_outputs * (n_features + fit_intercept),)
+        Initial parameters of the first C (the layout of :func:`_loss_and_grad`).
+    max_iter : int
+        Most L-BFGS iterations per C.
+    tol : float
+        L-BFGS-B's ``gtol``: stop when the largest absolute gradient entry is at
+        most ``tol``.
+
+    Returns
+    -------
+    coefs : ndarray of shape (n_cs, n_outputs * (n_features + fit_intercept))
+        The solution of each C, float64 on the host.
+    n_iter : ndarray of shape (n_cs,), int32
+        Iterations run for each C.
+    """
+    n_outputs = 1 if loss == "binomial" else int(target.shape[1])
+    coefs = np.empty((len(Cs), np.size(w0)))
+    n_iter = np.zeros(len(Cs), dtype=np.int32)
+    w = np.array(w0, dtype=np.float64, copy=True)
+    try:
+        # BLAS on one thread: the solver's operations on the parameter vector gain
+        # nothing from BLAS's threads; the objective's threads come from the
+        # compiled kernels' pool.
+        with one_blas_thread():
+            for i, C in enumerate(Cs):
+                args = (
+                    op,
+                    target,
+                    sample_weight,
+                    sw_sum,
+                    1.0 / (C * sw_sum),
+                    fit_intercept,
+                    n_outputs,
+                    loss,
+                )
+                w, n_iter[i] = _minimize_lbfgs(
+                    _loss_and_grad,
+                    w,
+                    args,
+                    max_iter,
+                    tol,
+                    # path <- fit <- _fit_context <- the caller
+                    stacklevel=3,
+                    context=f" for C={C:.4g}",
+                )
+                coefs[i] = w
+    finally:
+        # The compiled objective's plan of op serves every C; dropped once.
+        release_binomial_plan(op)
+    return coefs, n_iter
+
+
 class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
     """Logistic regression on joined data sources, without building the join.
 
@@ -168,6 +288,12 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
         (L-BFGS-B's ``gtol``, as in scikit-learn; the same test for ``"gd"``,
         where ``tol=0`` runs exactly ``max_iter`` steps without a convergence
         test, the papers' fixed-iteration mode).
+    warm_start : bool, default=False
+        When True, ``fit`` starts from the previous fit's ``coef_`` and
+        ``intercept_`` (of the same shape) instead of zeros, as scikit-learn's
+        ``warm_start``: refitting after a small change of ``C`` or of the data then
+        takes few iterations. Both solvers stop on the same test as a cold fit, so
+        the result is the same optimum to the solver's ``tol``.
     learning_rate : float, default=None
         Step size of ``solver="gd"``. None uses ``1 / L`` with ``L`` the Lipschitz
         constant of the gradient: ``c lambda_max([T, 1]^T diag(s) [T, 1]) / sum(s)``
@@ -188,7 +314,8 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
         numbers as NumPy); pickles hold NumPy arrays. "gpu" without a usable GPU
         raises a ``RuntimeError`` with the probe's reason. A materialized dense
         plan on the GPU with ``solver="lbfgs"`` is fitted by cuML's L-BFGS
-        (``solver="qn"``) when cuML is installed.
+        (``solver="qn"``) when cuML is installed, except under a warm start (cuML
+        takes no initial point).
 
     Attributes
     ----------
@@ -210,6 +337,8 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
     See Also
     --------
     sklearn.linear_model.LogisticRegression : The same model on a single matrix.
+    FactorizedLogisticRegressionCV : ``C`` chosen by cross-validation, along a
+        warm-started path of Cs.
     FactorizedLinearRegression : Factorized least squares.
 
     Notes
@@ -270,6 +399,7 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
         "solver": [StrOptions({"lbfgs", "gd"})],
         "max_iter": [Interval(Integral, 0, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
+        "warm_start": ["boolean"],
         "learning_rate": [Interval(Real, 0, None, closed="neither"), None],
         "strategy": [StrOptions(set(STRATEGIES))],
         "device": [StrOptions(set(DEVICE_OPTIONS))],
@@ -284,6 +414,7 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
         solver="lbfgs",
         max_iter=100,
         tol=1e-4,
+        warm_start=False,
         learning_rate=None,
         strategy="factorized",
         device="auto",
@@ -294,6 +425,7 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
         self.solver = solver
         self.max_iter = max_iter
         self.tol = tol
+        self.warm_start = warm_start
         self.learning_rate = learning_rate
         self.strategy = strategy
         self.device = device
@@ -325,17 +457,13 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
             target=_classification_target,
             strategy=self.strategy,
         )
-        n_classes = classes.shape[0]
-        if n_classes < 2:
-            label = classes[0].item() if hasattr(classes[0], "item") else classes[0]
-            raise ValueError(
-                "This solver needs samples of at least 2 classes in the data, but the "
-                f"data contains only one class: {label!r}."
-            )
-        if self.solver == "lbfgs" and use_cuml(op, self.strategy):
+        _check_two_classes(classes)
+        w0 = self._warm_start_coef(classes.shape[0], op.n_cols)
+        if self.solver == "lbfgs" and w0 is None and use_cuml(op, self.strategy):
             # A materialized dense plan on the GPU is fitted by cuML's L-BFGS (qn,
             # _backend._cuml): another library's solver, not a kernel of this
-            # package, so it stays a branch of its own.
+            # package, so it stays a branch of its own. It takes no initial point:
+            # a warm start runs the package's L-BFGS instead.
             fitted = fit_cuml(
                 "logistic",
                 op,
@@ -352,16 +480,56 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
                 setattr(self, name, value)
             return self
 
-        xp = op.xp
         n_features = op.n_cols
-        l2_reg_strength = 0.0 if self.penalty is None else 1.0 / (self.C * sw_sum)
-        if n_classes == 2:
-            loss, n_outputs = "binomial", 1
-            target = xp.astype(y_codes == 1, xp.float64)
+        loss, n_outputs, target = _loss_target(y_codes, classes.shape[0], op.xp)
+        if w0 is None:
+            w0 = np.zeros(n_outputs * (n_features + int(self.fit_intercept)))
+        if self.solver == "lbfgs":
+            # The path of one C: scikit-learn's LogisticRegression.fit is the same.
+            C = np.inf if self.penalty is None else self.C
+            coefs, n_iter = _logistic_regression_path(
+                op,
+                target,
+                sample_weight,
+                sw_sum,
+                [C],
+                fit_intercept=self.fit_intercept,
+                loss=loss,
+                w0=w0,
+                max_iter=self.max_iter,
+                tol=self.tol,
+            )
+            w, n_iter = coefs[0], int(n_iter[0])
         else:
-            loss, n_outputs = "multinomial", n_classes
-            k = xp.arange(n_classes, dtype=y_codes.dtype, device=device_of(y_codes))
-            target = xp.astype(y_codes[:, None] == k[None, :], xp.float64)
+            w, n_iter = self._fit_gd(
+                w0, op, target, sample_weight, sw_sum, loss, n_outputs
+            )
+        self.classes_ = classes
+        self.coef_, self.intercept_ = _fitted_coef(w, op, n_outputs, self.fit_intercept)
+        self.n_iter_ = np.asarray([n_iter], dtype=np.int32)
+        return self
+
+    def _warm_start_coef(self, n_classes, n_features):
+        """The flat initial parameters of a warm start (the previous ``coef_`` and
+        ``intercept_``), or None for a cold start from zeros."""
+        if not self.warm_start or not hasattr(self, "coef_"):
+            return None
+        n_outputs = 1 if n_classes == 2 else n_classes
+        coef = np.asarray(to_numpy(self.coef_), dtype=np.float64)
+        if coef.shape != (n_outputs, n_features):
+            raise ValueError(
+                f"warm_start=True needs the previous coef_ of shape "
+                f"{(n_outputs, n_features)} (one row per output, for {n_classes} "
+                f"classes and {n_features} features), got {coef.shape}; fit with "
+                "warm_start=False to start afresh."
+            )
+        if not self.fit_intercept:
+            return coef.ravel()
+        intercept = np.asarray(to_numpy(self.intercept_), dtype=np.float64)
+        return np.hstack([coef, intercept.reshape(n_outputs, 1)]).ravel()
+
+    def _fit_gd(self, w0, op, target, sample_weight, sw_sum, loss, n_outputs):
+        l2_reg_strength = 0.0 if self.penalty is None else 1.0 / (self.C * sw_sum)
         args = (
             op,
             target,
@@ -372,48 +540,28 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
             n_outputs,
             loss,
         )
-        w0 = np.zeros(n_outputs * (n_features + int(self.fit_intercept)))
+        learning_rate = self.learning_rate
         try:
-            # BLAS on one thread: the solvers' operations on the parameter vector
-            # gain nothing from BLAS's threads; the objective's threads come from
-            # the compiled kernels' pool.
+            # BLAS on one thread, as in _logistic_regression_path.
             with one_blas_thread():
-                if self.solver == "lbfgs":
-                    w, n_iter = self._fit_lbfgs(w0, args)
-                else:
-                    w, n_iter = self._fit_gd(w0, args)
+                if learning_rate is None:
+                    L = _lipschitz_constant(
+                        op,
+                        sample_weight,
+                        sw_sum,
+                        l2_reg_strength,
+                        self.fit_intercept,
+                        loss,
+                    )
+                    learning_rate = 1.0 / L if L > 0 else 1.0
+                    logger.info("gradient descent step size 1/L = %.3g", learning_rate)
+                # tol=0 is the papers' fixed-iteration mode: no gradient test.
+                tol = self.tol if self.tol > 0 else None
+                w, n_iter, converged = _gradient_descent(
+                    _loss_and_grad, w0, args, learning_rate, self.max_iter, tol
+                )
         finally:
             release_binomial_plan(op)
-
-        coef, intercept = _split_coef(w, n_features, n_outputs, self.fit_intercept)
-        if intercept is None:
-            intercept = np.zeros(n_outputs)
-        self.classes_ = classes
-        # Fitted attributes stay where the fit ran.
-        self.coef_ = asarray_on(coef.astype(op.dtype), xp, op.device)
-        self.intercept_ = asarray_on(intercept.astype(op.dtype), xp, op.device)
-        self.n_iter_ = np.asarray([n_iter], dtype=np.int32)
-        return self
-
-    def _fit_lbfgs(self, w0, args):
-        return _minimize_lbfgs(
-            _loss_and_grad, w0, args, self.max_iter, self.tol, stacklevel=4
-        )
-
-    def _fit_gd(self, w0, args):
-        op, _, sample_weight, sw_sum, l2_reg_strength, fit_intercept, _, loss = args
-        learning_rate = self.learning_rate
-        if learning_rate is None:
-            L = _lipschitz_constant(
-                op, sample_weight, sw_sum, l2_reg_strength, fit_intercept, loss
-            )
-            learning_rate = 1.0 / L if L > 0 else 1.0
-            logger.info("gradient descent step size 1/L = %.3g", learning_rate)
-        # tol=0 is the papers' fixed-iteration mode: no gradient test at all.
-        tol = self.tol if self.tol > 0 else None
-        w, n_iter, converged = _gradient_descent(
-            _loss_and_grad, w0, args, learning_rate, self.max_iter, tol
-        )
         if tol is not None and not converged:
             warnings.warn(
                 f"Gradient descent did not reach tol={self.tol} in "

@@ -704,7 +704,7 @@ def _gradient_descent(loss_and_grad, w0, args, learning_rate, max_iter, tol):
     return w, max_iter, False
 
 
-def _minimize_lbfgs(fun, w0, args, max_iter, tol, *, stacklevel=2):
+def _minimize_lbfgs(fun, w0, args, max_iter, tol, *, stacklevel=2, context=""):
     """L-BFGS-B on ``fun(w, *args) -> (value, grad)`` with scikit-learn's options.
 
     ``maxiter=max_iter``, ``maxls=50`` (scipy's default is 20), ``gtol=tol`` and
@@ -722,7 +722,8 @@ def _minimize_lbfgs(fun, w0, args, max_iter, tol, *, stacklevel=2):
     -----
     ConvergenceWarning
         When L-BFGS stopped before its gradient test passed; ``stacklevel`` points
-        the warning at the caller's caller.
+        the warning at the caller's caller, ``context`` (" for C=0.1") names the
+        fit in its message.
     """
     result = scipy.optimize.minimize(
         fun,
@@ -739,7 +740,7 @@ def _minimize_lbfgs(fun, w0, args, max_iter, tol, *, stacklevel=2):
     )
     if result.status != 0:
         warnings.warn(
-            f"L-BFGS failed to converge after {result.nit} iteration(s) "
+            f"L-BFGS failed to converge{context} after {result.nit} iteration(s) "
             f"(status={result.status}: {result.message}). Increase max_iter="
             f"{max_iter}, or scale the features (for example with "
             "ilargi_sklearn's FactorizedStandardScaler).",
