@@ -8,6 +8,8 @@ one process (``_common.time_calls``), for each GLM:
 * ``fused``: the factorized fit as shipped (the compiled row passes);
 * ``array``: the same fit on the array code of ``_loss._loss_and_grad`` and
   without the fit's one-BLAS-thread block: the code before the compiled path;
+* ``array-1blas``: the array code inside the one-BLAS-thread block (what the
+  block alone changed);
 * ``sklearn``: scikit-learn's GLM on ``ds.materialize()`` (built once, untimed);
 * ``merge+sklearn``: ``pandas.merge`` of the frames, ``to_numpy`` and
   scikit-learn's fit.
@@ -77,12 +79,13 @@ def run(rows, repeat):
     fast = _loss._fast_objective
 
     @contextlib.contextmanager
-    def array_code():
+    def array_code(one_blas):
         _loss._fast_objective = lambda op, loss: (
             None if isinstance(loss, _loss.HalfTweedie) else fast(op, loss)
         )
         blas = _glm.one_blas_thread
-        _glm.one_blas_thread = contextlib.nullcontext
+        if not one_blas:
+            _glm.one_blas_thread = contextlib.nullcontext
         try:
             yield
         finally:
@@ -102,8 +105,12 @@ def run(rows, repeat):
             n_iter["fused"] = Ours(**kw).fit(ds, y).n_iter_
 
         def array(Ours=Ours, kw=kw, n_iter=n_iter):
-            with array_code():
+            with array_code(one_blas=False):
                 n_iter["array"] = Ours(**kw).fit(ds, y).n_iter_
+
+        def array_1blas(Ours=Ours, kw=kw):
+            with array_code(one_blas=True):
+                Ours(**kw).fit(ds, y)
 
         def sklearn(Theirs=Theirs, kw=kw, n_iter=n_iter):
             n_iter["sklearn"] = Theirs(**kw).fit(X, y).n_iter_
@@ -115,6 +122,7 @@ def run(rows, repeat):
             {
                 "fused": fused,
                 "array": array,
+                "array-1blas": array_1blas,
                 "sklearn": sklearn,
                 "merge+sklearn": merge_sklearn,
             },
@@ -128,6 +136,7 @@ def run(rows, repeat):
         print(
             f"{name:12s} fused {ms['fused']:6.1f} ({spread['fused']}) | "
             f"array {ms['array']:6.1f} ({spread['array']}) | "
+            f"array-1blas {ms['array-1blas']:6.1f} ({spread['array-1blas']}) | "
             f"sklearn {ms['sklearn']:6.1f} ({spread['sklearn']}) | "
             f"merge+sklearn {ms['merge+sklearn']:6.1f} ms | "
             f"array/fused {ms['array'] / ms['fused']:.2f}x, "
