@@ -1,15 +1,30 @@
-"""The logistic objective's compiled pass (``linear_model/_glm_numba.py``): equal to NumPy."""
+"""The compiled pass of the logistic and log-link Tweedie objectives
+(``linear_model/_glm_numba.py``): equal to NumPy."""
+
+import warnings
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from _helpers import dense
+from _helpers import assert_close, dense, glm_data, plant_compile_failure
 from scipy.special import expit
 from sklearn.linear_model import LogisticRegression
 
 from ilargi_sklearn._backend import _launcher
-from ilargi_sklearn.linear_model import FactorizedLogisticRegression, _glm_numba, _loss
-from ilargi_sklearn.linear_model._loss import _fused_binomial_plan, _loss_and_grad
+from ilargi_sklearn.linear_model import (
+    FactorizedGammaRegressor,
+    FactorizedLogisticRegression,
+    FactorizedPoissonRegressor,
+    FactorizedTweedieRegressor,
+    _glm_numba,
+    _loss,
+)
+from ilargi_sklearn.linear_model._loss import (
+    HalfTweedie,
+    _fast_objective,
+    _fused_binomial_plan,
+    _loss_and_grad,
+)
 from ilargi_sklearn.multisource import AffineOperator, MatrixOperator
 from ilargi_sklearn.multisource._operators import fused_layout
 from ilargi_sklearn.preprocessing import FactorizedStandardScaler
@@ -212,6 +227,161 @@ def test_compile_failure_falls_back_to_numpy(monkeypatch, caplog):
     monkeypatch.setattr(_launcher, "_kernel", lambda name: broken)
     with caplog.at_level("WARNING", logger=_launcher.__name__):
         est = FactorizedLogisticRegression().fit(ds, y)
+    assert "could not compile" in caplog.text
+    assert not _launcher.numba_available()
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-10)
+
+
+# ------------------------------------------------ the log-link Tweedie losses
+TWEEDIE_POWERS = [1.0, 1.5, 2.0, 3.0]
+
+
+def _tweedie_target(rng, n, power):
+    """Positive draws, with zeros where the power's domain has them (p < 2)."""
+    y = rng.gamma(2.0, 1.0, n)
+    if power < 2:
+        y[rng.random(n) < 0.3] = 0.0
+    return y
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("power", TWEEDIE_POWERS)
+@pytest.mark.parametrize(
+    "variant", ["plain", "weighted", "no-intercept", "blocks-of-37"]
+)
+def test_tweedie_objective_equals_numpy(scenario, power, variant, monkeypatch):
+    calls = []
+    original = _loss._FusedBinomial.loss_and_grad
+
+    def spy(self, *args):
+        calls.append(args[-1])
+        return original(self, *args)
+
+    monkeypatch.setattr(_loss._FusedBinomial, "loss_and_grad", spy)
+    if variant == "blocks-of-37":
+        monkeypatch.setattr(
+            _loss._FusedBinomial, "_block_rows", staticmethod(lambda n: 37)
+        )
+    rng = np.random.default_rng(3)
+    ds = random_dataset(2, n_rows=250, scenario=scenario)
+    fit_intercept = variant != "no-intercept"
+    loss = HalfTweedie(power)
+    for name, op in _operators(ds).items():
+        n, m = op.shape
+        y = _tweedie_target(rng, n, power)
+        sw = rng.random(n) + 0.5 if variant == "weighted" else None
+        sw_sum = float(n if sw is None else sw.sum())
+        for scale in (0.1, 1.0):  # near the intercept-only start, and far
+            w = rng.standard_normal(m + int(fit_intercept)) * scale / np.sqrt(m)
+            args = (w, op, y, sw, sw_sum, 0.3, fit_intercept, 1, loss)
+            before = len(calls)
+            value, grad = _loss_and_grad(*args)
+            assert calls[before:] == [power], name
+            ref_value, ref_grad = _numpy_objective(monkeypatch, *args)
+            assert_close(
+                value, ref_value, dtype=op.dtype, kind="compiled", err_msg=name
+            )
+            assert_close(
+                grad,
+                ref_grad,
+                dtype=op.dtype,
+                kind="compiled",
+                scale=np.abs(ref_grad).max(),
+                err_msg=name,
+            )
+
+
+@pytest.mark.parametrize("power", [0.0, *TWEEDIE_POWERS])
+def test_tweedie_pointwise_equals_half_tweedie(power):
+    # From small to large predictors, and targets at the domain's edge (y = 0);
+    # the exact values of HalfTweedie's losses and derivatives, weighted.
+    rng = np.random.default_rng(4)
+    z = np.concatenate([np.linspace(-30.0, 30.0, 61), rng.standard_normal(40)])
+    y = _tweedie_target(rng, z.size, power)
+    sw = rng.random(z.size) + 0.5
+    none = np.zeros(0, dtype=np.int64)
+    lsum, gsum, g, _ = _glm_numba.fused_glm(
+        z, [], np.zeros(0), none, none, y, sw, 0.0, power=power
+    )
+    values, grad = HalfTweedie(power).pointwise(np, z, y)
+    assert_close(g, sw * grad, kind="compiled", scale=1e-300)
+    assert_close(lsum, np.sum(sw * values), kind="compiled")
+    assert_close(
+        gsum, np.sum(sw * grad), kind="compiled", scale=np.abs(sw * grad).max()
+    )
+
+
+@pytest.mark.parametrize("power", TWEEDIE_POWERS)
+def test_tweedie_overflow_is_not_finite_as_in_numpy(power):
+    # A trial step of the line search far out: exp overflows, the value is inf or
+    # NaN in both paths (L-BFGS rejects it), and nothing warns.
+    z = np.array([-2000.0, 2000.0, 0.5])
+    y = np.array([0.0 if power < 2 else 1.0, 2.0, 1.0])
+    none = np.zeros(0, dtype=np.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lsum, _, g, _ = _glm_numba.fused_glm(
+            z, [], np.zeros(0), none, none, y, None, 0.0, power=power
+        )
+        values, grad = HalfTweedie(power).pointwise(np, z, y)
+    assert not np.isfinite(lsum) and not np.isfinite(values.sum())
+    np.testing.assert_array_equal(g, grad)
+
+
+def test_identity_link_and_other_losses_stay_on_the_array_code():
+    op = random_dataset(0, n_rows=50, scenario="star").operator
+    assert _fast_objective(op, HalfTweedie(1.5)) is not None
+    assert _fast_objective(op, HalfTweedie(1.5, "identity")) is None
+    assert _fast_objective(op, HalfTweedie(0.0, "identity")) is None
+    assert _fast_objective(op, "squared") is None
+    assert _fast_objective(op, "multinomial") is None
+
+
+GLM_FITS = [
+    (FactorizedPoissonRegressor, {}, "poisson", 1.0),
+    (FactorizedGammaRegressor, {}, "gamma", 2.0),
+    (FactorizedTweedieRegressor, {"power": 1.5}, "poisson", 1.5),
+    (FactorizedTweedieRegressor, {"power": 3.0}, "gamma", 3.0),
+]
+
+
+@pytest.mark.parametrize("Est, params, family, power", GLM_FITS)
+@pytest.mark.parametrize("scenario", ["star", "sparse", "float32"])
+def test_glm_fit_runs_compiled_and_equals_numpy(
+    Est, params, family, power, scenario, monkeypatch
+):
+    calls = []
+    original = _loss._FusedBinomial.loss_and_grad
+
+    def spy(self, *args):
+        calls.append(args[-1])
+        return original(self, *args)
+
+    monkeypatch.setattr(_loss._FusedBinomial, "loss_and_grad", spy)
+    ds, y = glm_data(7, scenario=scenario, n_rows=300, family=family)
+    kw = dict(alpha=1e-3, tol=1e-10, max_iter=1000, **params)
+    est = Est(**kw).fit(ds, y)
+    assert calls and set(calls) == {power}
+    assert ds.operator not in _loss._binomial_plans
+    with monkeypatch.context() as m:
+        m.setenv(_launcher.NO_NUMBA_ENV, "1")
+        ref = Est(**kw).fit(ds, y)
+    assert_close(
+        est.coef_,
+        ref.coef_,
+        kind="fit" if ds.dtype == np.float64 else "iterative",
+        scale=np.abs(ref.coef_).max(),
+    )
+
+
+def test_glm_compile_failure_falls_back_to_numpy(monkeypatch, caplog):
+    ds, y = glm_data(3, scenario="star", n_rows=300, family="poisson")
+    with monkeypatch.context() as m:
+        m.setenv(_launcher.NO_NUMBA_ENV, "1")
+        ref = FactorizedPoissonRegressor(alpha=1e-3).fit(ds, y)
+    plant_compile_failure(monkeypatch, "binomial_derivative")
+    with caplog.at_level("WARNING", logger=_launcher.__name__):
+        est = FactorizedPoissonRegressor(alpha=1e-3).fit(ds, y)
     assert "could not compile" in caplog.text
     assert not _launcher.numba_available()
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-10)

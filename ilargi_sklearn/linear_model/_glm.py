@@ -11,6 +11,7 @@ from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_y, check_is_fitted
 
+from ilargi_sklearn._backend._launcher import one_blas_thread
 from ilargi_sklearn._backend._namespace import asarray_on, numpy_dtype, to_numpy
 from ilargi_sklearn.linear_model._linear import _check_n_rows, _linear_decision
 from ilargi_sklearn.linear_model._loss import (
@@ -19,6 +20,7 @@ from ilargi_sklearn.linear_model._loss import (
     _minimize_lbfgs,
     _raw_prediction,
     _split_coef,
+    release_binomial_plan,
 )
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
@@ -156,9 +158,16 @@ class _FactorizedGLM(DeviceMixin, RegressorMixin, BaseEstimator):
                     loss.link_fn(np, _weighted_mean(xp, y, sample_weight, sw_sum))
                 )
         args = (op, y, sample_weight, sw_sum, self.alpha, self.fit_intercept, 1, loss)
-        w, n_iter = _minimize_lbfgs(
-            _loss_and_grad, w0, args, self.max_iter, self.tol, stacklevel=3
-        )
+        try:
+            # BLAS on one thread, as in the logistic fit: L-BFGS' operations on the
+            # parameter vector gain nothing from BLAS's threads; the objective's
+            # threads come from the compiled kernels' pool.
+            with one_blas_thread():
+                w, n_iter = _minimize_lbfgs(
+                    _loss_and_grad, w0, args, self.max_iter, self.tol, stacklevel=3
+                )
+        finally:
+            release_binomial_plan(op)
         coef, intercept = _split_coef(w, n_features, 1, self.fit_intercept)
         dtype = numpy_dtype(op.dtype)
         # Fitted coefficients stay where the fit ran; the intercept is a scalar of

@@ -9,8 +9,8 @@ plan (a plain matrix) alike, in any array namespace: ``xp`` is the operator's
 pointwise losses and gradients, targets, weights) live where the operator does; the
 flat parameters (host, float64, what scipy's L-BFGS works on) cross once per
 evaluation. NumPy gets two faster variants, each chosen in one place: the elementwise
-functions of SciPy (:func:`_special`) and, for the binary logistic loss, a compiled
-row pass (:func:`_fast_objective`).
+functions of SciPy (:func:`_special`) and, for the binary logistic loss and the
+log-link Tweedie losses, a compiled row pass (:func:`_fast_objective`).
 
 The objective is scikit-learn's ``LinearModelLoss``::
 
@@ -55,7 +55,7 @@ from ilargi_sklearn._backend._namespace import (
     to_numpy,
 )
 from ilargi_sklearn._backend._ops import sum_axis0
-from ilargi_sklearn.linear_model._glm_numba import fused_binomial
+from ilargi_sklearn.linear_model._glm_numba import fused_glm
 from ilargi_sklearn.multisource._operators import (
     AffineOperator,
     FusedLayout,
@@ -407,17 +407,28 @@ def _loss_and_grad(
 def _fast_objective(op, loss):
     """The compiled objective of ``op`` for ``loss``, or None (the array code runs).
 
-    Only the binary logistic loss of a NumPy operator has one
-    (:class:`_FusedBinomial`): its gradient sums are accumulated in the same row
-    pass as the predictions, where the array code makes four n-length passes.
+    The binary logistic loss and the log-link :class:`HalfTweedie` losses of a
+    NumPy operator have one (:class:`_FusedBinomial`): its gradient sums are
+    accumulated in the same row pass as the predictions, where the array code
+    makes four n-length passes. The identity link stays on the array code.
     """
-    if loss != "binomial" or not numba_available():
+    if isinstance(loss, HalfTweedie) and loss.link == "log":
+        power = float(loss.power)
+    elif isinstance(loss, str) and loss == "binomial":
+        power = None
+    else:
+        return None
+    if not numba_available():
         return None
     plan = _fused_binomial_plan(op)
-    return None if plan is None else plan.loss_and_grad
+    if plan is None:
+        return None
+    if power is None:
+        return plan.loss_and_grad
+    return lambda *args: plan.loss_and_grad(*args, power)
 
 
-# ------------------------------------------------ the compiled binomial objective
+# ------------------------------- the compiled binomial and log-link GLM objectives
 def _glm_layout(op):
     """A :class:`FusedLayout` of a NumPy operator for the compiled pass, or None.
 
@@ -478,13 +489,15 @@ def _fused_binomial_plan(op):
 
 
 class _FusedBinomial:
-    """The binary logistic objective of one operator in compiled row passes.
+    """The binary logistic objective of one operator in compiled row passes, and
+    the log-link Tweedie objectives (the same passes with another pointwise loss,
+    :func:`~ilargi_sklearn.linear_model._glm_numba.fused_glm`).
 
     With ``T' = (T - 1 o^T) diag(s)`` and coefficients ``c`` in the coordinates
     of ``T'``, the predictor is ``T' c + b = T e + (b - o . e)`` with ``e = s * c``,
     and ``T = X0 M0^T + sum_g I_g S_g M_g^T`` is read as the identity source's rows
     plus, per row group, one entry of the table ``S_g e_g`` (see
-    :func:`~ilargi_sklearn.linear_model._glm_numba.fused_binomial`). The gradient
+    :func:`~ilargi_sklearn.linear_model._glm_numba.fused_glm`). The gradient
     ``T'^T g = s * (T^T g - o sum(g))`` is assembled from the pass's sums:
     ``X0^T g`` and, per row group, ``S_g^T`` times the sums per source row.
     Unmatched rows (index -1) have zeros in ``T``: they add nothing.
@@ -528,9 +541,10 @@ class _FusedBinomial:
         return n if n < 2 * block else block
 
     def loss_and_grad(
-        self, w, y, sample_weight, sw_sum, l2_reg_strength, fit_intercept
+        self, w, y, sample_weight, sw_sum, l2_reg_strength, fit_intercept, power=None
     ):
-        """:func:`_loss_and_grad` for ``loss="binomial"`` (one output)."""
+        """:func:`_loss_and_grad` for ``loss="binomial"`` (``power`` None) or
+        ``HalfTweedie(power, "log")`` (one output)."""
         m = self.n_cols
         coef, intercept = _split_coef(w, m, 1, fit_intercept)
         c = coef[0]
@@ -575,7 +589,7 @@ class _FusedBinomial:
             for lo in groups[t]:
                 hi = min(n, lo + block)
                 Xb = None if X0 is None else X0[lo:hi]
-                ls, gs, g, bins_b = fused_binomial(
+                ls, gs, g, bins_b = fused_glm(
                     None if Xb is None else np.asarray(Xb @ e0, dtype=np.float64),
                     [idx[lo:hi] for idx in idxs],
                     P,
@@ -585,6 +599,7 @@ class _FusedBinomial:
                     None if sw is None else sw[lo:hi],
                     bias,
                     1,
+                    power,
                 )
                 lsum += ls
                 gsum += gs
