@@ -322,7 +322,8 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
     fitted once to measure it. The rule is deterministic; ``choice_reason_`` says
     which one applied, and the decision is logged at INFO.
     :func:`clear_plan_history` forgets the measurements (at most 256 keys are
-    kept, least recently used dropped first).
+    kept, least recently used dropped first). The history is per process: the
+    worker processes of a parallel search (``n_jobs``) each learn their own.
 
     If the chosen plan fails for a resource reason (``MemoryError``, GPU out of
     memory, GPU unusable), the next fastest plan is fitted and the reason recorded
