@@ -57,10 +57,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ilargi_sklearn.multisource._stats_cache import clear_statistics_cache
 from ilargi_sklearn.planner import (
     BASELINES,
     AutoPlan,
     clear_materialization_cache,
+    clear_plan_history,
     load_cost_model,
     plan_features,
     read_records,
@@ -409,8 +411,13 @@ def _batch(hamlet_path, models, offgrid_model, estimators, timeout, repeats=2):
                 for name in names[shift:] + names[:shift]:
                     auto = policy_est[name]
                     # Each grid search starts without a cached join and pays for
-                    # building it (once: the folds and the refit share it).
+                    # building it (once: the folds and the refit share it), without
+                    # cached statistics, and without the measured times of the
+                    # other policies' fits (AutoPlan's history is keyed by root and
+                    # work, which the policies share).
                     clear_materialization_cache()
+                    clear_statistics_cache()
+                    clear_plan_history()
                     search = GridSearchCV(
                         auto,
                         BATCH_GRID[kind],
