@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -107,9 +108,10 @@ _WORK_FEATURES = (
     "grams",
     "row_norms",
 )
-#: An unmeasured plan predicted within this factor of the measured time of the
-#: other is fitted once (the prediction may be off by that much: the held-out
-#: median error is a factor of about 1.26), then the measurements decide.
+#: An unmeasured plan estimated within this factor of the measured time of the
+#: other is fitted once (the model's relative error between two plans is about
+#: that: the held-out median error is a factor of about 1.26), then the
+#: measurements decide.
 _EXPLORE_FACTOR = 1.25
 #: Work keys kept (least recently used dropped first): a few grid searches.
 _HISTORY_SIZE = 256
@@ -193,32 +195,42 @@ def _choose(
 
     ``order`` is by prediction; ``measured`` holds the measured seconds (scaled to
     this fit's rows) of the plans measured in their current cache state. Without
-    measurements the prediction decides. An unmeasured plan predicted within
-    ``_EXPLORE_FACTOR`` of the fastest measured time is fitted once (the one
-    predicted fastest first); otherwise every plan is ranked by its measured
-    time where there is one, else by its prediction. Deterministic: ties go to
-    the prediction's order.
+    measurements the prediction decides. A measured plan counts its measured
+    time; an unmeasured one its prediction times the ratio of measured to
+    predicted time of the measured plans (geometric mean): a machine that runs
+    every plan slower than the model says (another process on the cores) slows
+    the unmeasured plan too, so one measurement alone never overturns the
+    prediction's order. An unmeasured plan whose estimate is within
+    ``_EXPLORE_FACTOR`` of the best measured time is fitted once, to measure it;
+    otherwise the estimates rank the plans. Deterministic: ties go to the
+    prediction's order.
     """
     if not measured:
         return order, "predicted"
+    ratio = math.exp(
+        sum(math.log(measured[p] / max(predicted[p], 1e-9)) for p in measured)
+        / len(measured)
+    )
+    estimate = {p: measured.get(p, predicted[p] * ratio) for p in order}
     best_measured = min(measured, key=lambda p: (measured[p], order.index(p)))
-    unmeasured = [p for p in order if p not in measured]
-    for p in unmeasured:
-        if predicted[p] <= _EXPLORE_FACTOR * measured[best_measured]:
+    for p in order:
+        if (
+            p not in measured
+            and estimate[p] <= _EXPLORE_FACTOR * measured[best_measured]
+        ):
             reason = (
-                f"explore: {p} predicted {predicted[p]:.3g} s, within "
+                f"explore: {p} estimated {estimate[p]:.3g} s (predicted "
+                f"{predicted[p]:.3g} s x measured/predicted {ratio:.3g}), within "
                 f"{_EXPLORE_FACTOR:g}x of {best_measured} measured "
                 f"{measured[best_measured]:.3g} s"
             )
             return [p] + [q for q in order if q != p], reason
-    estimate = {p: measured.get(p, predicted[p]) for p in order}
     ranked = sorted(order, key=lambda p: (estimate[p], order.index(p)))
-    first = ranked[0]
     shown = ", ".join(
-        f"{p} {estimate[p]:.3g} s ({'measured' if p in measured else 'predicted'})"
+        f"{p} {estimate[p]:.3g} s ({'measured' if p in measured else 'estimated'})"
         for p in ranked
     )
-    return ranked, f"measured: {shown}; {first}"
+    return ranked, f"measured: {shown}; {ranked[0]}"
 
 
 class AutoPlan(MetaEstimatorMixin, BaseEstimator):
@@ -317,9 +329,11 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
     ``n_clusters`` does), and the plan's cache state; the folds and candidates of
     a grid search share the key (clones share nothing else). The next fit of the
     same work ranks each plan by its measured time where there is one in the
-    current cache state, else by its prediction, except that a plan not yet
-    measured and predicted within a factor 1.25 of the best measured time is
-    fitted once to measure it. The rule is deterministic; ``choice_reason_`` says
+    current cache state, else by its prediction rescaled by how much slower
+    than predicted the measured plans ran (so that a loaded machine does not
+    make the unmeasured plan look cheap), except that a plan not yet measured
+    and so estimated within a factor 1.25 of the best measured time is fitted
+    once to measure it. The rule is deterministic; ``choice_reason_`` says
     which one applied, and the decision is logged at INFO.
     :func:`clear_plan_history` forgets the measurements (at most 256 keys are
     kept, least recently used dropped first). The history is per process: the
