@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import pickle
+import re
 import subprocess
 import sys
 import time
@@ -42,6 +43,10 @@ from ilargi_sklearn.linear_model import (
     FactorizedTweedieRegressor,
 )
 from ilargi_sklearn.multisource import FactorizedMatrix
+from ilargi_sklearn.multisource._stats_cache import (
+    clear_statistics_cache,
+    statistics_cached,
+)
 from ilargi_sklearn.planner import (
     PLANS,
     AutoPlan,
@@ -51,6 +56,7 @@ from ilargi_sklearn.planner import (
     amalur_rule,
     calibrate,
     clear_materialization_cache,
+    clear_plan_history,
     load_cost_model,
     materialized_dataset,
     model_inputs,
@@ -80,8 +86,12 @@ def _cache_dir(_cache_root, monkeypatch):
     """Hardware figures and models go to a temporary cache, never the user's."""
     monkeypatch.setenv("ILARGI_CACHE_DIR", str(_cache_root))
     clear_materialization_cache()
+    clear_statistics_cache()
+    clear_plan_history()
     yield
     clear_materialization_cache()
+    clear_statistics_cache()
+    clear_plan_history()
 
 
 @pytest.fixture(scope="module")
@@ -541,8 +551,168 @@ class _Fixed:
     def __init__(self, seconds):
         self.seconds = seconds
 
-    def predict(self, features, plans, cached=None):
+    def predict(self, features, plans, cached=None, stats_cached=None):
         return {p: self.seconds.get(p, 2.0) for p in plans}
+
+
+# ---------------------------------------------------- what the batch has cached
+def test_statistics_cache_is_looked_up_not_computed(reg, monkeypatch):
+    """The planner asks the statistics cache what a fit would find, and a fold
+    whose gram is cached is predicted without the gram pass."""
+    ds = reg.dataset
+    train = np.arange(0, 400)
+    auto = AutoPlan(FactorizedRidge(), cost_model="analytical", plans=["factorized"])
+    first = clone(auto).fit(ds[train], reg.target[train])
+    assert first.statistics_cached_ is None
+    before = ds.cache_info()["statistics"]
+
+    def no_gram(*args, **kwargs):
+        raise AssertionError("the cache query computed a gram")
+
+    monkeypatch.setattr(FactorizedMatrix, "gram", no_gram)
+    # A new slice object with the same rows (what a grid search's next candidate
+    # gets) finds the fold's gram; other rows and the other operator do not.
+    assert statistics_cached(ds[train], "factorized") == "fold"
+    assert statistics_cached(ds[train], "materialized") is None
+    assert statistics_cached(ds[np.arange(100, 500)], "factorized") is None
+    assert statistics_cached(ds[train], "factorized", np.ones(400)) is None
+    after = ds.cache_info()["statistics"]
+    assert (after["hits"], after["misses"]) == (before["hits"], before["misses"])
+
+    second = clone(auto).fit(ds[train], reg.target[train])  # gram never called
+    assert second.statistics_cached_ == "fold"
+    assert (
+        second.predicted_seconds_["factorized-cpu"]
+        < (first.predicted_seconds_["factorized-cpu"])
+    )
+    f = second.features_
+    full = plan_costs(f, "factorized-cpu")
+    solve = plan_costs(f, "factorized-cpu", stats_cached="fold")
+    assert solve["dense_flops"] == pytest.approx(
+        full["dense_flops"] - f["gram_flops_factorized"]
+    )
+    # The pass for the target (T^T S y) is still made.
+    assert solve["stream_bytes"] == pytest.approx(
+        full["stream_bytes"] - f["gram_bytes_factorized"]
+    )
+    assert solve["stream_bytes"] > 0
+    # Without a gram (an iterative solver) the flag changes nothing.
+    lsqr = plan_features(ds, FactorizedRidge(solver="lsqr"), reg.target, hardware=HW)
+    assert lsqr["grams"] == 0
+    assert plan_costs(lsqr, "factorized-cpu", stats_cached="fold") == (
+        plan_costs(lsqr, "factorized-cpu")
+    )
+
+
+def test_root_statistics_predict_the_downdate(reg):
+    """With the root's gram cached, a large fold is predicted at the cost of the
+    gram of the rows it leaves out."""
+    ds, y = reg.dataset, reg.target
+    FactorizedRidge().fit(ds, y)  # the root's statistics
+    train = np.arange(0, 450)
+    assert statistics_cached(ds[train], "factorized") == "root"
+    # A slice of less than half the root is never downdated.
+    assert statistics_cached(ds[np.arange(0, 200)], "factorized") is None
+    auto = AutoPlan(FactorizedRidge(), cost_model="analytical", plans=["factorized"])
+    auto.fit(ds[train], y[train])
+    assert auto.statistics_cached_ == "root"
+    f = auto.features_
+    costs = {
+        s: plan_costs(f, "factorized-cpu", stats_cached=s)["dense_flops"]
+        for s in (None, "root", "fold")
+    }
+    assert costs["fold"] < costs["root"] < costs[None]
+    # 150 of 600 rows left out: a third of the fold's gram.
+    assert costs[None] - costs["root"] == pytest.approx(
+        (2 / 3) * f["gram_flops_factorized"]
+    )
+    assert ds.cache_info()["statistics"]["downdates"] == 1
+
+
+def test_grid_search_reuses_measured_times(reg, monkeypatch, caplog):
+    """Within a grid search, fits of the same work choose by the measured times
+    of the earlier ones: the model predicts factorized, the measurements say
+    materialized is ten times faster, and the search follows them."""
+    monkeypatch.setattr(
+        _auto,
+        "load_cost_model",
+        lambda name: _Fixed({"factorized-cpu": 0.5, "materialized-cpu": 0.6}),
+    )
+    measured = {"factorized-cpu": 1.0, "materialized-cpu": 0.1}
+    fit_plan = AutoPlan._fit_plan
+    fitted = []
+
+    def timed(self, plan, X, y, method, fit_params):
+        est, result, _, hit = fit_plan(self, plan, X, y, method, fit_params)
+        fitted.append(plan)
+        return est, result, measured[plan], hit
+
+    monkeypatch.setattr(AutoPlan, "_fit_plan", timed)
+    auto = AutoPlan(FactorizedKMeans(3, max_iter=5, n_init=1), plans="auto")
+    # random_state does not change the work: all candidates share the measurements.
+    grid = {"estimator__random_state": [0, 1]}
+    with caplog.at_level(logging.INFO, logger="ilargi_sklearn.planner"):
+        search = GridSearchCV(auto, grid, cv=3, scoring=lambda e, X, y=None: 0.0)
+        search.fit(reg.dataset)
+    reasons = [
+        re.search(r" model[^)]*\); (\w+)", r.getMessage()).group(1)
+        for r in caplog.records
+        if "): predicted" in r.getMessage()
+    ]
+    assert len(fitted) == len(reasons) == 7  # 3 folds x 2 candidates + refit
+    # Predicted first; the unmeasured materialized plan, rescaled by the measured
+    # factorized plan's measured / predicted (2), is estimated at 1.2 s, within
+    # 1.25x of the measured 1 s: explored, once without the join cached and once
+    # with it; from then on the measurements decide.
+    assert fitted == ["factorized-cpu"] + ["materialized-cpu"] * 6
+    assert reasons == ["predicted", "explore", "explore"] + ["measured"] * 4
+    best = search.best_estimator_
+    assert best.choice_reason_.startswith("measured")
+    # Measured per row, scaled to the refit's 600 rows from the folds' 400.
+    assert best.measured_seconds_ == pytest.approx(
+        {"factorized-cpu": 1.5, "materialized-cpu": 0.15}
+    )
+    # Other work (more iterations) is decided afresh.
+    other = clone(auto).set_params(estimator__max_iter=6).fit(reg.dataset)
+    assert other.choice_reason_ == "predicted" and other.plan_ == "factorized-cpu"
+    clear_plan_history()
+    assert clone(auto).fit(reg.dataset).choice_reason_ == "predicted"
+
+
+def test_one_measurement_keeps_the_predicted_order(reg, monkeypatch):
+    """A single measured plan is ranked against the other's prediction rescaled
+    by measured / predicted: a machine that got slower for every plan does not
+    make the unmeasured one look cheap."""
+    monkeypatch.setattr(
+        _auto,
+        "load_cost_model",
+        lambda name: _Fixed({"factorized-cpu": 0.5, "materialized-cpu": 3.0}),
+    )
+    seconds = {"factorized-cpu": 0.4}
+    fit_plan = AutoPlan._fit_plan
+
+    def timed(self, plan, X, y, method, fit_params):
+        est, result, _, hit = fit_plan(self, plan, X, y, method, fit_params)
+        return est, result, seconds.get(plan, 0.2), hit
+
+    monkeypatch.setattr(AutoPlan, "_fit_plan", timed)
+    # Gradient descent forms no gram: the statistics cache does not change the
+    # plans' states between the fits.
+    auto = AutoPlan(FactorizedLinearRegression(solver="gd", max_iter=5))
+    ds, y = reg.dataset, reg.target
+    assert auto.fit(ds, y).choice_reason_ == "predicted"
+    again = clone(auto).fit(ds, y)
+    assert again.plan_ == "factorized-cpu"
+    assert again.choice_reason_.startswith("measured")
+    assert again.measured_seconds_ == {"factorized-cpu": pytest.approx(0.4)}
+    # Ten times slower than before, eight times slower than predicted: the
+    # materialized plan is estimated at 8 x 3.0 s, far above the measured 4 s.
+    seconds["factorized-cpu"] = 4.0
+    clone(auto).fit(ds, y)
+    slow = clone(auto).fit(ds, y)
+    assert slow.plan_ == "factorized-cpu"
+    assert slow.measured_seconds_ == {"factorized-cpu": pytest.approx(4.0)}
+    assert "materialized-cpu 24 s (estimated)" in slow.choice_reason_
 
 
 # --------------------------------------------------------------- cost model

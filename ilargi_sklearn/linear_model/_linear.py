@@ -834,6 +834,16 @@ class FactorizedLinearRegression(
         return self
 
     def _fit_gd(self, op, Y, sample_weight, sw_sum):
+        # Every product of the power iteration and of the descent has one column
+        # per target: on one BLAS thread, as the logistic and GLM solvers run.
+        # Multi-threaded, a factorized pass (one small BLAS call per term) spends
+        # more on waking BLAS's threads than it saves; on a loaded 2-core machine
+        # a factorized fit of 30,000 rows and three one-hot sources took 0.27 s
+        # with two OpenBLAS threads, 0.017 s with one (benchmarks/README.md).
+        with one_blas_thread():
+            return self._fit_gd_steps(op, Y, sample_weight, sw_sum)
+
+    def _fit_gd_steps(self, op, Y, sample_weight, sw_sum):
         n_features = op.n_cols
         n_targets = Y.shape[1]
         learning_rate = self.learning_rate

@@ -41,6 +41,7 @@ __all__ = [
     "register_lineage",
     "set_statistics_cache",
     "statistics_cache_info",
+    "statistics_cached",
 ]
 
 logger = logging.getLogger(__name__)
@@ -363,6 +364,14 @@ class _StatsCache:
                 self._bytes -= n
                 logger.debug("statistics cache evicted %s", _show(evicted))
 
+    def holds(self, key: tuple, accept: Callable[[Any], bool]) -> bool:
+        """Whether ``key`` holds an entry that ``accept`` takes (no counting, and
+        the LRU order is left as it is: asking is not using)."""
+        with self._lock:
+            self._purge()
+            entry = self._entries.get(key)
+            return entry is not None and accept(entry[0])
+
     def info(self, token: Any) -> dict[str, Any]:
         with self._lock:
             self._purge()
@@ -417,3 +426,77 @@ def statistics_cache_info(ds: Any) -> dict[str, Any]:
     """What the statistics cache holds for ``ds``'s root dataset (see
     :meth:`~ilargi_sklearn.MultiSourceDataset.cache_info`)."""
     return _STATS.info(getattr(ds, "_root_token", None))
+
+
+def _has_gram_entry(sums: Any) -> bool:
+    # The X-sums entry (utils._stats._XSums) of a fit that formed the gram.
+    return getattr(sums, "gram", None) is not None
+
+
+def statistics_cached(ds: Any, strategy: str, sample_weight: Any = None) -> str | None:
+    """Whether a gram-based fit of ``ds`` with ``strategy`` would find its gram here.
+
+    What :func:`~ilargi_sklearn.utils._stats.centered_gram` would look up, asked
+    without computing anything: the key of ``ds``'s rows (a hash of the row index
+    and of ``sample_weight``, as the cache's key has; the sources are not read) is
+    built as :func:`register_lineage` builds it, and the entries are only looked
+    at (no hit is counted, the LRU order does not change).
+
+    Parameters
+    ----------
+    ds : MultiSourceDataset
+        The dataset (or row slice) a fit would be given.
+    strategy : {"factorized", "materialized"}
+        The operator the fit computes with (their sums are kept apart).
+    sample_weight : array-like, optional
+
+    Returns
+    -------
+    str or None
+        ``"fold"``: the slice's own gram is cached; ``"root"``: its root's is, and
+        the slice's would be downdated from it (a factorized slice of at least half
+        the root, unit weights, no implicit scaling; the test rows' gram is then
+        one pass over the other rows, which the caller counts); None: the fit
+        computes its gram (also whenever the key cannot be known for sure: an
+        implicitly scaled materialized operator, a device other than the data's).
+    """
+    token = getattr(ds, "_root_token", None)
+    root = getattr(ds, "_root_operator", None)
+    op = getattr(ds, "operator", None)
+    if _STATS.max_bytes <= 0 or token is None or root is None or op is None:
+        return None
+    if not isinstance(op.xp, types.ModuleType):
+        return None
+    rows = getattr(ds, "_root_rows", None)
+    w_key = UNIT if sample_weight is None else digest(np.asarray(sample_weight))
+    if isinstance(op, AffineOperator):
+        base = lineage_of(op.base)
+        if base is not None:
+            # Keyed as register_lineage keys a scaled fold: by its base fold and the
+            # digests of the scale and offset; never downdated.
+            if strategy != "factorized":
+                return None  # the materialized operator's base is not known here
+            lineage = base.scaled(op)
+            key = lineage.key() + ("X", w_key)
+            return "fold" if _STATS.holds(key, _has_gram_entry) else None
+    lineage = Lineage(
+        token,
+        None if rows is None else np.asarray(rows),
+        root,
+        strategy,
+        np.dtype(op.dtype).str,
+        _device_name(op),
+    )
+    if _STATS.holds(lineage.key() + ("X", w_key), _has_gram_entry):
+        return "fold"
+    if (
+        strategy == "factorized"
+        and sample_weight is None
+        and rows is not None
+        and not isinstance(op, AffineOperator)
+        and 2 * np.shape(rows)[0] >= lineage.n_root
+    ):
+        root_key = lineage.key(ROOT) + ("X", UNIT)
+        if _STATS.holds(root_key, _has_gram_entry):
+            return "root"
+    return None

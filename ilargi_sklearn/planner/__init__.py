@@ -10,6 +10,7 @@ fastest. CatBoost is imported only when a model is loaded or trained.
 from ilargi_sklearn.planner._auto import (
     AutoPlan,
     clear_materialization_cache,
+    clear_plan_history,
     materialized_dataset,
     set_materialization_cache,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "cache_dir",
     "calibrate",
     "clear_materialization_cache",
+    "clear_plan_history",
     "data_features",
     "default_model_path",
     "default_workloads",

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
+import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -26,6 +29,7 @@ from ilargi_sklearn.multisource._cache import (
     materialized_dataset,
     set_materialization_cache,
 )
+from ilargi_sklearn.multisource._stats_cache import statistics_cached
 from ilargi_sklearn.planner._cost_model import load_cost_model
 from ilargi_sklearn.planner._features import (
     DEVICES,
@@ -37,6 +41,7 @@ from ilargi_sklearn.planner._features import (
 
 __all__ = [
     "AutoPlan",
+    "clear_plan_history",
     "clear_materialization_cache",
     "materialized_dataset",
     "set_materialization_cache",
@@ -88,6 +93,146 @@ def _on_host(X: Any) -> bool:
     return not type(X).__module__.split(".")[0].startswith("cupy")
 
 
+# ------------------------------------------------------- measured plan history
+#: Algorithm features that identify the work of a fit: two configurations with
+#: the same values (a grid search's ridge ``alpha``, logistic ``C``) do the same
+#: operator work, so their measured times stand for each other.
+_WORK_FEATURES = (
+    "estimator",
+    "solver",
+    "m",
+    "iterations",
+    "passes",
+    "matmuls",
+    "matmul_m",
+    "grams",
+    "row_norms",
+)
+#: An unmeasured plan estimated within this factor of the measured time of the
+#: other is fitted once (the model's relative error between two plans is about
+#: that: the held-out median error is a factor of about 1.26), then the
+#: measurements decide.
+_EXPLORE_FACTOR = 1.25
+#: Work keys kept (least recently used dropped first): a few grid searches.
+_HISTORY_SIZE = 256
+
+
+class _PlanHistory:
+    """Measured seconds of AutoPlan fits, per work key, plan and cache state.
+
+    A work key is the root dataset's token, the estimator's class, the dataset's
+    width and dtype and the work features (``_WORK_FEATURES``): the folds and the
+    candidates of a search over one dataset share it, clones included (they share
+    nothing else). A measurement is kept per cache state of the plan (the join
+    cached or not, the statistics cached or not), because a state's time says
+    nothing about another's (the first materialized fit builds the join), and
+    stored per row: the slices of one root (folds, the refit) differ in size, and
+    the plans' work scales with the rows. Bounded (``_HISTORY_SIZE`` keys); the
+    tokens it holds are small objects that keep no data alive.
+    """
+
+    def __init__(self, size: int = _HISTORY_SIZE) -> None:
+        self.size = size
+        self._entries: OrderedDict[tuple, dict[tuple, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> dict[tuple, float]:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return {}
+            self._entries.move_to_end(key)
+            return dict(entry)
+
+    def record(self, key: tuple, state: tuple, seconds_per_row: float) -> None:
+        with self._lock:
+            entry = self._entries.setdefault(key, {})
+            self._entries.move_to_end(key)
+            # The latest measurement: the machine's load changes, and a state
+            # seen again is the current one.
+            entry[state] = seconds_per_row
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+_HISTORY = _PlanHistory()
+
+
+def clear_plan_history() -> None:
+    """Forget the measured times of earlier AutoPlan fits.
+
+    AutoPlan keeps, per root dataset and kind of work, the measured time of every
+    plan it fitted, so that the later fits of a grid search (its folds and
+    candidates) choose by measurement rather than by prediction. Clear it to
+    start a comparison afresh (a benchmark that times the choice itself).
+    """
+    _HISTORY.clear()
+
+
+def _work_key(X: Any, estimator: Any, features: dict[str, Any]) -> tuple | None:
+    token = getattr(X, "_root_token", None)
+    if token is None:
+        return None
+    return (
+        token,
+        type(estimator).__qualname__,
+        int(features["n_features"]),
+        int(features["itemsize"]),
+        tuple(features.get(k) for k in _WORK_FEATURES),
+    )
+
+
+def _choose(
+    order: list[str],
+    predicted: dict[str, float],
+    measured: dict[str, float],
+) -> tuple[list[str], str]:
+    """The plans in the order to try them, and why the first one.
+
+    ``order`` is by prediction; ``measured`` holds the measured seconds (scaled to
+    this fit's rows) of the plans measured in their current cache state. Without
+    measurements the prediction decides. A measured plan counts its measured
+    time; an unmeasured one its prediction times the ratio of measured to
+    predicted time of the measured plans (geometric mean): a machine that runs
+    every plan slower than the model says (another process on the cores) slows
+    the unmeasured plan too, so one measurement alone never overturns the
+    prediction's order. An unmeasured plan whose estimate is within
+    ``_EXPLORE_FACTOR`` of the best measured time is fitted once, to measure it;
+    otherwise the estimates rank the plans. Deterministic: ties go to the
+    prediction's order.
+    """
+    if not measured:
+        return order, "predicted"
+    ratio = math.exp(
+        sum(math.log(measured[p] / max(predicted[p], 1e-9)) for p in measured)
+        / len(measured)
+    )
+    estimate = {p: measured.get(p, predicted[p] * ratio) for p in order}
+    best_measured = min(measured, key=lambda p: (measured[p], order.index(p)))
+    for p in order:
+        if (
+            p not in measured
+            and estimate[p] <= _EXPLORE_FACTOR * measured[best_measured]
+        ):
+            reason = (
+                f"explore: {p} estimated {estimate[p]:.3g} s (predicted "
+                f"{predicted[p]:.3g} s x measured/predicted {ratio:.3g}), within "
+                f"{_EXPLORE_FACTOR:g}x of {best_measured} measured "
+                f"{measured[best_measured]:.3g} s"
+            )
+            return [p] + [q for q in order if q != p], reason
+    ranked = sorted(order, key=lambda p: (estimate[p], order.index(p)))
+    shown = ", ".join(
+        f"{p} {estimate[p]:.3g} s ({'measured' if p in measured else 'estimated'})"
+        for p in ranked
+    )
+    return ranked, f"measured: {shown}; {ranked[0]}"
+
+
 class AutoPlan(MetaEstimatorMixin, BaseEstimator):
     """Fit an estimator with the plan that a cost model predicts to be fastest.
 
@@ -137,6 +282,18 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
         Measured time of the fit of ``plan_`` (materialization included).
     materialization_cached_ : bool
         Whether a materialized plan reused a cached joined matrix.
+    statistics_cached_ : {"fold", "root"} or None
+        Whether the fitted plan found its gram in the statistics cache when the
+        choice was made: the fold's own (``"fold"``), its root's to downdate from
+        (``"root"``), or not (None; also for fits without a gram).
+    choice_reason_ : str
+        Why ``plan_`` was tried first: ``"predicted"`` (the cost model alone),
+        ``"explore: ..."`` (an unmeasured plan predicted close to the measured
+        time of another) or ``"measured: ..."`` (earlier fits of the same work
+        measured; the estimates it ranked by).
+    measured_seconds_ : dict of str to float
+        Measured seconds of earlier fits of the same work on the same root in the
+        plans' current cache states, scaled to this fit's rows (empty when none).
     n_features_in_ : int
         Number of features seen during fit.
     feature_names_in_ : ndarray of shape (n_features_in_,)
@@ -157,6 +314,30 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
     the other delegated methods read a dataset whose root's join is cached (a
     test fold) from that cache too, instead of joining it again. Decisions are
     logged at INFO on the ``ilargi_sklearn.planner`` logger.
+
+    The cost model is told what the caches hold: whether the root's join is
+    cached (materialized plans) and, for the fits that form a gram (least
+    squares and ridge by the normal equations, the elastic net, PCA), whether
+    the statistics cache holds the fold's gram or its root's (then only the
+    dense solve, or the downdate's pass over the other rows, is left). Both are
+    looked up without computing anything.
+
+    Within a search, measurements replace predictions. Every fit records its
+    plan's measured seconds (per row) under a key of the root dataset, the
+    estimator's class and the work its parameters imply (the algorithm features:
+    a ridge ``alpha`` or a logistic ``C`` does not change it, ``max_iter`` or
+    ``n_clusters`` does), and the plan's cache state; the folds and candidates of
+    a grid search share the key (clones share nothing else). The next fit of the
+    same work ranks each plan by its measured time where there is one in the
+    current cache state, else by its prediction rescaled by how much slower
+    than predicted the measured plans ran (so that a loaded machine does not
+    make the unmeasured plan look cheap), except that a plan not yet measured
+    and so estimated within a factor 1.25 of the best measured time is fitted
+    once to measure it. The rule is deterministic; ``choice_reason_`` says
+    which one applied, and the decision is logged at INFO.
+    :func:`clear_plan_history` forgets the measurements (at most 256 keys are
+    kept, least recently used dropped first). The history is per process: the
+    worker processes of a parallel search (``n_jobs``) each learn their own.
 
     If the chosen plan fails for a resource reason (``MemoryError``, GPU out of
     memory, GPU unusable), the next fastest plan is fitted and the reason recorded
@@ -246,6 +427,26 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
         return cpu, why
 
     # ------------------------------------------------------------------ fit
+    def _statistics_cached(
+        self, X, plans, features, fit_params
+    ) -> dict[str, str | None]:
+        """Per plan, whether its fit's gram would come from the statistics cache
+        (``"fold"``, ``"root"``) or not (None); looked up, never computed.
+
+        Only for fits that form a gram (``grams`` in the features: the normal
+        equations of least squares and ridge, the elastic net, PCA), on the
+        device the data live on (another device's copy has its own token).
+        """
+        if not features.get("grams"):
+            return dict.fromkeys(plans)
+        here = "cpu" if _on_host(X) else "gpu"
+        weight = fit_params.get("sample_weight")
+        out = {}
+        for p in plans:
+            rep, device = split_plan(p)
+            out[p] = statistics_cached(X, rep, weight) if device == here else None
+        return out
+
     def _fit_plan(self, plan, X, y, method, fit_params):
         rep, device = split_plan(plan)
         params = {"strategy": rep}
@@ -284,19 +485,40 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
                 fallback.append(why)
             features = plan_features(X, self.estimator, y)
             cached = {p: is_materialization_cached(X, split_plan(p)[1]) for p in plans}
+            stats = self._statistics_cached(X, plans, features, fit_params)
             model = load_cost_model(self.cost_model)
-            predicted = model.predict(features, plans, cached)
+            predicted = model.predict(features, plans, cached, stats)
             order = sorted(plans, key=lambda p: (predicted[p], PLANS.index(p)))
+            work = _work_key(X, self.estimator, features)
+            # A plan's cache state: what changes its work (the join only matters
+            # to the materialized plans).
+            states = {
+                p: (p, cached[p] and split_plan(p)[0] == "materialized", stats[p])
+                for p in plans
+            }
+            history = _HISTORY.get(work) if work is not None else {}
+            n_rows = float(features["n_rows"])
+            measured = {
+                p: history[states[p]] * n_rows for p in plans if states[p] in history
+            }
+            shown = ", ".join(f"{p} {predicted[p]:.3g} s" for p in order)
+            order, reason = _choose(order, predicted, measured)
             logger.info(
-                "AutoPlan(%s): predicted %s (%s model); trying %s",
+                "AutoPlan(%s): predicted %s (%s model%s); %s; trying %s",
                 name,
-                ", ".join(f"{p} {predicted[p]:.3g} s" for p in order),
+                shown,
                 "learned" if model.is_learned else "roofline",
+                "".join(
+                    f", {p} statistics cached ({stats[p]})" for p in plans if stats[p]
+                ),
+                reason,
                 order[0],
             )
         else:
             # An array is already the joined matrix: nothing to choose.
             order, predicted, features = ["materialized-cpu"], {}, {}
+            work, states, measured, stats = None, {}, {}, {}
+            reason = "an array: fitted as it is"
         last_exc = None
         for plan in order:
             try:
@@ -325,6 +547,11 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
         self.fallback_reason_ = "; ".join(fallback) if fallback else None
         self.fit_seconds_ = seconds
         self.materialization_cached_ = hit
+        self.statistics_cached_ = stats.get(plan)
+        self.choice_reason_ = reason
+        self.measured_seconds_ = measured
+        if work is not None:
+            _HISTORY.record(work, states[plan], seconds / max(n_rows, 1.0))
         if hasattr(est, "n_features_in_"):
             self.n_features_in_ = est.n_features_in_
         if isinstance(X, MultiSourceDataset):

@@ -134,6 +134,7 @@ class CostModel:
         features: dict[str, Any],
         plans: Sequence[str],
         cached: dict[str, bool] | None = None,
+        stats_cached: dict[str, bool | str | None] | None = None,
     ) -> dict[str, float]:
         """Predicted seconds of each plan.
 
@@ -145,12 +146,23 @@ class CostModel:
             Plans to predict.
         cached : dict of str to bool, optional
             Whether each (materialized) plan's joined matrix is cached.
+        stats_cached : dict of str to {bool, "fold", "root", None}, optional
+            Whether each plan's sufficient statistics are cached (gram-based
+            fits; see :func:`plan_costs`).
 
         Returns
         -------
         seconds : dict of str to float
+
+        Notes
+        -----
+        No calibration record times a fit with cached statistics, so the trees
+        know nothing about one: a plan with cached statistics gets the learned
+        correction of its full fit (how far this workload is from its roofline on
+        this machine) applied to the roofline time of the work that is left.
         """
         cached = cached or {}
+        stats_cached = stats_cached or {}
         out: dict[str, float] = {}
         rows, learned = [], []
         for plan in plans:
@@ -159,7 +171,13 @@ class CostModel:
             learn = self.booster is not None and (device == "cpu" or self.gpu_trained)
             eff = self.efficiency if learn else None
             out[plan] = float(
-                plan_costs(features, plan, cached=c, efficiency=eff)["seconds"]
+                plan_costs(
+                    features,
+                    plan,
+                    cached=c,
+                    efficiency=eff,
+                    stats_cached=stats_cached.get(plan),
+                )["seconds"]
             )
             if learn:
                 rows.append(model_inputs(features, plan, cached=c, efficiency=eff))

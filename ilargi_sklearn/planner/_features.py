@@ -658,6 +658,7 @@ def plan_costs(
     *,
     cached: bool = False,
     efficiency: dict[str, float] | None = None,
+    stats_cached: bool | str | None = False,
 ) -> dict[str, float]:
     """Cost components and a roofline time estimate of one plan, from raw features.
 
@@ -673,6 +674,15 @@ def plan_costs(
         Measured slow-down of each component against its hardware rate (fitted on
         calibration records by :func:`~ilargi_sklearn.planner.train_cost_model`);
         default 1 for every component.
+    stats_cached : bool or {"fold", "root"}, default=False
+        Whether the sufficient statistics of a gram-based fit (``grams`` in the
+        features) are in the statistics cache for this plan's operator (see
+        :func:`~ilargi_sklearn.multisource._stats_cache.statistics_cached`):
+        True or ``"fold"``, the fit's own gram and column sums: no gram and no
+        column-sums pass, only the dense solve and the passes for the target;
+        ``"root"``: its root's, from which the fold's gram is downdated: the gram
+        of the other rows of the root only. The join's setup is unchanged (a
+        materialized fit still reads its operator). Ignored without a gram.
 
     Returns
     -------
@@ -714,14 +724,19 @@ def plan_costs(
             c["stream_bytes"] += count * isz * (n * d + mm * (n + d))
             c["calls"] += count
 
-    product(m, 2.0 * float(f["passes"]))
+    gram_share = _gram_share(f, stats_cached)
+    passes = float(f["passes"])
+    if gram_share < 1.0:
+        # The cached entry holds the column sums too (PCA's only pass).
+        passes = max(passes - _COLUMN_SUM_PASSES.get(f["estimator"], 0.0), 0.0)
+    product(m, 2.0 * passes)
     if f["matmuls"]:
         product(float(f["matmul_m"]), float(f["matmuls"]))
     if f["row_norms"]:
         product(1.0, 1.0)
-    if f["grams"]:
-        c["dense_flops"] += float(f[f"gram_flops_{rep}"])
-        c["stream_bytes"] += float(f[f"gram_bytes_{rep}"])
+    if f["grams"] and gram_share > 0.0:
+        c["dense_flops"] += gram_share * float(f[f"gram_flops_{rep}"])
+        c["stream_bytes"] += gram_share * float(f[f"gram_bytes_{rep}"])
         c["calls"] += float(f["n_terms"]) ** 2
     c["dense_flops"] += float(f["common_flops"])
     c["stream_bytes"] += float(f["common_bytes"])
@@ -756,6 +771,26 @@ def plan_costs(
         "component_seconds": per,
         "common_seconds": common,
     }
+
+
+#: Passes of :func:`algorithm_features` that only compute the column means, which
+#: the statistics cache keeps with the gram (PCA's half pass).
+_COLUMN_SUM_PASSES = {"pca": 0.5}
+
+
+def _gram_share(f: dict[str, Any], stats_cached: bool | str | None) -> float:
+    """The share of the fit's gram that is still computed, given the cache state.
+
+    A fold's cached gram leaves none; its root's leaves the gram of the root's
+    other rows (the test fold: ``1 / root_fraction - 1`` times the fold's rows),
+    which the downdate subtracts; the gram's work scales with the rows.
+    """
+    if not f.get("grams") or not stats_cached:
+        return 1.0
+    if stats_cached == "root":
+        fraction = max(float(f.get("root_fraction", 1.0)), 1e-3)
+        return min(max(1.0 / fraction - 1.0, 0.0), 1.0)
+    return 0.0
 
 
 def _per_unit(unit: dict[str, float], efficiency: dict[str, float], key: str) -> float:
