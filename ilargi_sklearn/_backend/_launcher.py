@@ -405,11 +405,32 @@ def kernels_to_compile() -> list[str]:
     )
 
 
+def uniform_tuple(arrays) -> tuple:
+    """The arrays as a tuple numba types as one (homogeneous) tuple.
+
+    numba types a read-only array apart from a writable one, and cannot index a
+    tuple that mixes them: arrays memory-mapped read-only (joblib's workers, a
+    user's ``np.load(mmap_mode="r")``) next to writable ones would fail to
+    compile. The kernels only read these, so where any is read-only all become
+    read-only views (no copy); all writable stay as they are.
+    """
+    arrays = tuple(arrays)
+    if all(a.flags.writeable for a in arrays):
+        return arrays
+    views = []
+    for a in arrays:
+        v = a.view()
+        v.flags.writeable = False
+        views.append(v)
+    return tuple(views)
+
+
 def index_tuple(idxs: list[np.ndarray], n_rows: int) -> tuple[tuple, int]:
     """The index vectors as a homogeneous tuple (one dummy vector when empty)."""
     if not idxs:
         return (np.zeros(n_rows, dtype=np.int64),), 0
-    return tuple(np.ascontiguousarray(i, dtype=np.int64) for i in idxs), len(idxs)
+    tup = uniform_tuple(np.ascontiguousarray(i, dtype=np.int64) for i in idxs)
+    return tup, len(idxs)
 
 
 def base_arrays(X0: Any, o0: np.ndarray) -> tuple:

@@ -93,9 +93,9 @@ def fused_cross_tables(
         n, max(4 * m, _launcher.MIN_CHUNK_ROWS["cross"]), threads, per_thread=1
     )
     out = np.zeros((n_chunks, m, sum(widths)))
-    Zs = tuple(np.ascontiguousarray(Z) for Z, _ in partners)
+    Zs = _launcher.uniform_tuple(np.ascontiguousarray(Z) for Z, _ in partners)
     empty = np.zeros(0, dtype=np.int64)
-    idxs = tuple(
+    idxs = _launcher.uniform_tuple(
         empty if g is None else np.ascontiguousarray(g, dtype=np.int64)
         for _, g in partners
     )
