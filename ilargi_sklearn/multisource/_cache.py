@@ -172,7 +172,10 @@ def _root_info(ds: MultiSourceDataset) -> tuple[Any, Any, FactorizedMatrix] | No
         root.n_cols != base.n_cols
         or root.dtype != base.dtype
         or len(root.terms) != len(base.terms)
-        or any(a.S is not b.S for a, b in zip(root.terms, base.terms))
+        or any(
+            root.source_of_term(i) is not base.source_of_term(i)
+            for i in range(len(root.terms))
+        )
     ):
         return None
     if rows is not None:

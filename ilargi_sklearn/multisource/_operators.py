@@ -28,6 +28,7 @@ cross tables of the gram and the bincount of a SciPy sparse right-hand side.
 
 from __future__ import annotations
 
+import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -398,6 +399,13 @@ class MatrixOperator(Operator):
         return MatrixOperator(astype(self.A, dtype))
 
 
+def _weak(S: Any) -> Any:
+    try:
+        return weakref.ref(S)
+    except TypeError:  # pragma: no cover - a source type without weak references
+        return None
+
+
 @dataclass(frozen=True)
 class Term:
     """One term ``I S M^T`` of a normalized matrix.
@@ -455,11 +463,15 @@ class FactorizedMatrix(Operator):
         # None on NumPy/SciPy sources: the marker of the host fast paths (the
         # compiled cross tables, ``fused_layout``); else the device namespace.
         self._xp = _device_namespace(get_namespace(*(t.S for t in self.terms)))
+        self._origins: tuple | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        # The fused-kernel layout is a cache (rebuilt on demand), not state.
+        # The fused-kernel layout is a cache (rebuilt on demand), not state; the
+        # origins are weak references (not picklable): an unpickled slice is its
+        # own root for the caches.
         state = dict(self.__dict__)
         state.pop("_fused_layout", None)
+        state["_origins"] = None
         return state
 
     @property
@@ -807,9 +819,46 @@ class FactorizedMatrix(Operator):
         return out
 
     def take_rows(self, rows: Any) -> FactorizedMatrix:
+        """Rows ``rows`` of ``T``: the identity terms (the base table) gather their
+        rows, so the slice keeps the identity fast paths (a product reads only the
+        slice's base rows, not all of them and then gathers); the other terms
+        compose their index vectors."""
         rows = as_index(rows, self._xp, self.device)
-        terms = [Term(t.S, t.rows.take(rows), t.cols, t.source) for t in self.terms]
-        return FactorizedMatrix(terms, int(rows.shape[0]), self.n_cols, self.dtype)
+        n = int(rows.shape[0])
+        maps: dict[int, RowMap] = {}
+        gathered: dict[int, Any] = {}
+        terms = []
+        for t in self.terms:
+            if id(t.rows) not in maps:
+                maps[id(t.rows)] = (
+                    RowMap(None, n).to_namespace(t.rows.xp, t.rows.device)
+                    if t.rows.is_identity
+                    else t.rows.take(rows)
+                )
+            S = t.S
+            if t.rows.is_identity:
+                if id(S) not in gathered:
+                    gathered[id(S)] = select_rows(S, rows)
+                S = gathered[id(S)]
+            terms.append(Term(S, maps[id(t.rows)], t.cols, t.source))
+        out = FactorizedMatrix(terms, n, self.n_cols, self.dtype)
+        # Which source each term's rows came from (weakly: a slice does not keep
+        # its root's base alive), for the caches' check that a slice belongs to
+        # its root (``source_of_term``).
+        origins = getattr(self, "_origins", None)  # None: pickled before origins
+        out._origins = tuple(
+            origins[i] if origins is not None else _weak(t.S)
+            for i, t in enumerate(self.terms)
+        )
+        return out
+
+    def source_of_term(self, i: int) -> Any:
+        """The source term ``i``'s values were taken from: its ``S``, or for a row
+        slice the root's source whose rows it gathered (None once collected)."""
+        origins = getattr(self, "_origins", None)
+        if origins is None or origins[i] is None:
+            return self.terms[i].S
+        return origins[i]()
 
     def map_sources(self, func: Any) -> FactorizedMatrix:
         """Apply ``func`` to each source matrix (element-wise maps with f(0) = 0)."""
