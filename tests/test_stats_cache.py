@@ -24,8 +24,10 @@ from ilargi_sklearn import FactorizedStandardScaler, MultiSourceDataset
 from ilargi_sklearn.datasets import make_multi_source
 from ilargi_sklearn.linear_model import (
     FactorizedLasso,
+    FactorizedLassoCV,
     FactorizedLinearRegression,
     FactorizedRidge,
+    FactorizedRidgeCV,
 )
 from ilargi_sklearn.multisource import (
     FactorizedMatrix,
@@ -33,7 +35,7 @@ from ilargi_sklearn.multisource import (
     set_statistics_cache,
 )
 from ilargi_sklearn.multisource._stats_cache import _STATS
-from ilargi_sklearn.utils._stats import centered_gram
+from ilargi_sklearn.utils._stats import FoldStatistics, centered_gram
 from ilargi_sklearn.utils._validation import validate_X
 
 N_FOLDS = 5
@@ -414,3 +416,70 @@ def test_debug_log_per_hit_miss_and_downdate(caplog):
     text = caplog.text
     assert "statistics cache miss" in text and "statistics cache hit" in text
     assert "statistics cache downdate: 400 rows = 500 root rows - 100 test rows" in text
+
+
+# ------------------------------------------------ the CV estimators' folds
+def _direct(op, rows, sw, Y, fit_intercept):
+    sw = None if sw is None else sw[rows]
+    return centered_gram(op.take_rows(rows), sw, fit_intercept, Y[rows])
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_fold_statistics_downdate_to_the_direct_ones(weighted, fit_intercept):
+    set_statistics_cache(0)  # the class's own arithmetic, not the cache's
+    ds, y = star(seed=6)
+    op = validate_X(FactorizedRidge(), ds, reset=True)
+    sw = np.random.default_rng(1).uniform(0.5, 2.0, len(ds)) if weighted else None
+    Y = y[:, None]
+    statistics = FoldStatistics(op, sw, Y, fit_intercept)
+    for train, test in KFold(4, shuffle=True, random_state=0).split(Y):
+        fold = statistics.fold(train, test)
+        direct = _direct(op, train, sw, Y, fit_intercept)
+        scale = float(direct.D.max())
+        assert_close(fold.train.G, direct.G, kind="operator", scale=scale)
+        assert_close(fold.train.rhs, direct.rhs, kind="operator", scale=scale)
+        assert_close(fold.train.mu, direct.mu, kind="operator", scale=1.0)
+        assert_close(fold.train.sw_sum, direct.sw_sum, kind="operator", scale=1.0)
+        test_direct = _direct(op, test, sw, Y, True)
+        np.testing.assert_array_equal(fold.test.G, test_direct.G)
+        np.testing.assert_array_equal(fold.test.rhs, test_direct.rhs)
+    assert statistics.fallbacks == 0
+
+
+@pytest.mark.parametrize("case", ["mass", "condition", "not a partition"])
+def test_fold_statistics_guard_computes_directly(case):
+    set_statistics_cache(0)
+    rng = np.random.default_rng(4)
+    n = 200
+    base = rng.standard_normal((n, 3))
+    test = np.arange(40)
+    train = np.arange(40, n)
+    if case == "mass":
+        base[:40, 0] *= 1e3  # the test rows carry most of column 0
+    elif case == "condition":
+        base[:, 1] = base[:, 0] + 1e-8 * rng.standard_normal(n)
+    else:
+        train = np.arange(60, n)  # rows 40-59 in neither part
+    op = validate_X(FactorizedRidge(), _guarded_dataset(base), reset=True)
+    Y = rng.standard_normal((n, 1))
+    statistics = FoldStatistics(op, None, Y, True)
+    fold = statistics.fold(train, test)
+    assert statistics.fallbacks == (case != "not a partition")
+    direct = _direct(op, train, None, Y, True)
+    # Computed directly: bit for bit.
+    np.testing.assert_array_equal(fold.train.G, direct.G)
+    np.testing.assert_array_equal(fold.train.rhs, direct.rhs)
+
+
+def test_cv_estimators_pass_over_all_rows_once_and_each_test_fold(gram_calls):
+    set_statistics_cache(0)
+    ds, y = star(seed=7)
+    FactorizedLassoCV(alphas=[1e-3, 1e-2], cv=KFold(N_FOLDS)).fit(ds, y)
+    # All rows (the refit's statistics too) and each fold's test rows; no
+    # training fold's own pass.
+    assert gram_calls[0] == 1 + N_FOLDS
+    gram_calls[0] = 0
+    FactorizedRidgeCV(alphas=[1e-3, 1e-2], cv=KFold(N_FOLDS)).fit(ds, y)
+    # Ridge's refit runs its own fit on all rows (the cache is off here).
+    assert gram_calls[0] == 2 + N_FOLDS

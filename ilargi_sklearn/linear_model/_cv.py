@@ -43,7 +43,7 @@ from ilargi_sklearn.linear_model._linear import (
 )
 from ilargi_sklearn.linear_model._ridge import FactorizedRidge, _fit_ridge
 from ilargi_sklearn.multisource._interactions import rowwise_quadratic
-from ilargi_sklearn.utils._stats import centered_gram, host64
+from ilargi_sklearn.utils._stats import FoldStatistics, centered_gram, host64
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     STRATEGIES,
@@ -79,25 +79,6 @@ def _folds(cv, n_samples, y):
     searches draw them (a regressor's splitter: ``KFold`` for an integer)."""
     stand_in = np.empty((n_samples, 0))  # splitters read the number of rows only
     return list(check_cv(cv, y, classifier=False).split(stand_in, y))
-
-
-def _take(a, rows, xp, device):
-    """Rows ``rows`` (host indices) of ``a`` where it lives (``None`` stays)."""
-    if a is None:
-        return None
-    return xp.take(a, asarray_on(rows, xp, device), axis=0)
-
-
-def _fold_stats(op, Y, sample_weight, fit_intercept, train):
-    """The :class:`GramStats` of the training rows of a fold: one centered gram of
-    ``op.take_rows(train)`` (the statistics a fold's candidates all share)."""
-    xp, device = op.xp, op.device
-    return centered_gram(
-        op.take_rows(asarray_on(train, xp, device)),
-        _take(sample_weight, train, xp, device),
-        fit_intercept,
-        _take(Y, train, xp, device),
-    )
 
 
 def _check_alphas(alphas, low_closed):
@@ -251,20 +232,19 @@ def _ridge_fold_scores(
     op, Y, y_ndim, sample_weight, fit_intercept, alphas, folds, scorer
 ):
     """``(n_folds, n_alphas)`` test scores of ridge: per fold one set of
-    statistics of its training rows, every alpha solved from them, and the test
-    rows' predictions of all alphas in one product."""
-    xp, device = op.xp, op.device
+    statistics of its training rows (:class:`FoldStatistics`), every alpha solved
+    from them, and the test rows' predictions of all alphas in one product."""
     Y_host = host64(Y)
     # As GridSearchCV: the weights go to the scorer where it takes them.
     sw_host = None
     if sample_weight is not None and _accepts_sample_weight(scorer):
         sw_host = host64(sample_weight)
     scores = np.empty((len(folds), alphas.size))
+    statistics = FoldStatistics(op, sample_weight, Y, fit_intercept)
     for f, (train, test) in enumerate(folds):
-        stats = _fold_stats(op, Y, sample_weight, fit_intercept, train)
-        coef, intercept = _ridge_coefs(stats, alphas, op.dtype)
-        test_op = op.take_rows(asarray_on(test, xp, device))
-        pred = host64(_predict_path(test_op, coef, intercept))
+        fold = statistics.fold(train, test)
+        coef, intercept = _ridge_coefs(fold.train, alphas, op.dtype)
+        pred = host64(_predict_path(fold.test_op, coef, intercept))
         y_test = Y_host[test]
         for k in range(alphas.size):
             p, y = pred[:, k, :], y_test
@@ -375,8 +355,9 @@ class FactorizedRidgeCV(
     (never whole). Cost: one gram and one transposed product, then products
     with ``n_features`` columns in all (or one per alpha's quadratic form).
 
-    K folds: per fold the statistics of its training rows
-    (``centered_gram`` of ``T[train]``), one Cholesky factorization per alpha,
+    K folds: per fold the statistics of its training rows (all rows' minus the
+    test rows', :class:`~ilargi_sklearn.utils._stats.FoldStatistics`), one
+    Cholesky factorization per alpha,
     and one product of the test rows with all alphas' coefficients; then one
     :class:`FactorizedRidge` fit on all rows. The test folds are scored with
     their sample weights where the scorer takes them, as in scikit-learn's
@@ -676,7 +657,7 @@ def _enet_path(
 _MSE_FROM_STATS_ERROR = 1e-9
 
 
-def _path_mse(test_op, Y_test, sw_test, coefs, intercepts):
+def _path_mse(test_op, Y_test, sw_test, coefs, intercepts, stats=None):
     """(Weighted) mean squared error of every alpha of a path on a fold's test
     rows.
 
@@ -689,11 +670,13 @@ def _path_mse(test_op, Y_test, sw_test, coefs, intercepts):
     test rows almost exactly: where the rounding bound (the gram's noise,
     ``eps sqrt(D_i D_j)`` per entry, against the error) exceeds
     :data:`_MSE_FROM_STATS_ERROR`, the residuals are computed instead, one
-    product of the test rows with all the path's coefficients.
+    product of the test rows with all the path's coefficients. ``stats``: the
+    test rows' centered statistics where the caller has them.
     """
     W = coefs[:, :, 0].T  # (d, k)
     b = intercepts[:, 0]
-    stats = centered_gram(test_op, sw_test, True, Y_test)
+    if stats is None:
+        stats = centered_gram(test_op, sw_test, True, Y_test)
     sse = (
         stats.y_var[0]
         - 2.0 * (stats.rhs[:, 0] @ W)
@@ -794,7 +777,8 @@ class _FactorizedLinearModelCV(
         )
         _check_device_support(op, name)
         l1_ratios = self._l1_ratios()
-        stats = centered_gram(op, sample_weight, self.fit_intercept, Y)
+        statistics = FoldStatistics(op, sample_weight, Y, self.fit_intercept)
+        stats = statistics.all_rows
         _check_finite_stats(stats, op.dtype)
         if isinstance(self.alphas, Integral):
             grids = np.array(
@@ -808,7 +792,7 @@ class _FactorizedLinearModelCV(
             grids = np.tile(np.sort(given)[::-1], (l1_ratios.size, 1))
 
         folds = _folds(self.cv, op.n_rows, host64(Y)[:, 0])
-        mse = self._fold_mse(op, Y, sample_weight, folds, l1_ratios, grids)
+        mse = self._fold_mse(statistics, folds, l1_ratios, grids)
         mean_mse = mse.mean(axis=1)  # (n_l1_ratio, n_alphas): over the folds
         best_mse = np.inf
         for r, grid, curve in zip(l1_ratios, grids, mean_mse):
@@ -832,18 +816,15 @@ class _FactorizedLinearModelCV(
         self.n_iter_ = model.n_iter_
         return self
 
-    def _fold_mse(self, op, Y, sample_weight, folds, l1_ratios, grids):
+    def _fold_mse(self, statistics, folds, l1_ratios, grids):
         """``(n_l1_ratio, n_folds, n_alphas)`` test errors: each fold's
         statistics computed once and shared by every l1_ratio's path."""
-        xp, device = op.xp, op.device
+        dtype = statistics.op.dtype
         mse = np.empty((l1_ratios.size, len(folds), grids.shape[1]))
         n_failed = 0
         for f, (train, test) in enumerate(folds):
-            stats = _fold_stats(op, Y, sample_weight, self.fit_intercept, train)
-            test_idx = asarray_on(test, xp, device)
-            test_op = op.take_rows(test_idx)
-            Y_test = xp.take(Y, test_idx, axis=0)
-            sw_test = _take(sample_weight, test, xp, device)
+            fold = statistics.fold(train, test)
+            stats = fold.train
             paths = []
             for l1_ratio, grid in zip(l1_ratios, grids):
                 # One generator per path, as scikit-learn's enet_path makes
@@ -858,14 +839,16 @@ class _FactorizedLinearModelCV(
                     rng=rng,
                     selection=self.selection,
                     positive=self.positive,
-                    dtype=op.dtype,
+                    dtype=dtype,
                 )
                 n_failed += failed
                 paths.append(coefs)
             # Every l1_ratio's path at once on the test rows.
             coefs = np.concatenate(paths, axis=0)
             intercepts = stats.y_mean[None, :] - np.einsum("i,kit->kt", stats.mu, coefs)
-            errors = _path_mse(test_op, Y_test, sw_test, coefs, intercepts)
+            errors = _path_mse(
+                fold.test_op, fold.Y_test, fold.sw_test, coefs, intercepts, fold.test
+            )
             mse[:, f] = errors.reshape(l1_ratios.size, grids.shape[1])
         if n_failed:
             warnings.warn(
@@ -985,8 +968,10 @@ class FactorizedElasticNetCV(_FactorizedLinearModelCV):
 
     Notes
     -----
-    The factorized rewrite: per fold one centered gram of its training rows
-    (:func:`~ilargi_sklearn.utils._stats.centered_gram` of ``T[train]``), then
+    The factorized rewrite: per fold the centered gram of its training rows, as
+    the gram of all rows minus the test rows' (one pass over all rows and one
+    over each fold's test rows, :class:`~ilargi_sklearn.utils._stats.FoldStatistics`;
+    computed directly where the difference would lose accuracy), then
     the whole path by coordinate descent on that gram, each alpha started from
     the previous solution (scikit-learn's ``precompute=True`` path, which its
     ``precompute="auto"`` takes whenever ``n_samples > n_features``): no pass

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 
-from ilargi_sklearn._backend._namespace import namespace_dtype, to_numpy
+from ilargi_sklearn._backend._namespace import asarray_on, namespace_dtype, to_numpy
 from ilargi_sklearn._backend._ops import sum_axis0
 from ilargi_sklearn.multisource import _stats_cache
 from ilargi_sklearn.multisource._stats_cache import _STATS, digest
@@ -104,22 +104,31 @@ def centered_gram(
         for the iterative solvers that only need the means and ``T^T S Y``
         (one ``col_sums`` and one ``rmatmul`` pass, no ``gram``).
     """
+    xs, ys = _raw_sums(op, sample_weight, Y, gram, col_sums=fit_intercept)
+    return _centered(xs, ys, fit_intercept, gram, op.n_cols)
+
+
+def _raw_sums(
+    op: Any, sample_weight: Any, Y: Any, gram: bool, col_sums: bool
+) -> tuple[_XSums, _YSums | None]:
+    """The raw sums of ``op`` (and ``Y``), from the cache where ``op`` has a
+    lineage (the cached ones always carry the column sums)."""
     lineage = _stats_cache.lineage_of(op) if _STATS.max_bytes > 0 else None
     if lineage is None:
-        xs = _x_sums(op, sample_weight, gram, col_sums=fit_intercept)
+        xs = _x_sums(op, sample_weight, gram, col_sums=col_sums)
         ys = None if Y is None else _y_sums(op, sample_weight, Y)
-    else:
-        w_key = _stats_cache.UNIT if sample_weight is None else digest(sample_weight)
-        xs = _cached_x_sums(op, lineage, sample_weight, w_key, gram)
-        ys = None
-        if Y is not None:
-            ys = _STATS.get_or_compute(
-                lineage.key() + ("Y", w_key, digest(Y)),
-                _accept_any,
-                lambda: _sized(_y_sums(op, sample_weight, Y)),
-                "target sums",
-            )
-    return _centered(xs, ys, fit_intercept, gram, op.n_cols)
+        return xs, ys
+    w_key = _stats_cache.UNIT if sample_weight is None else digest(sample_weight)
+    xs = _cached_x_sums(op, lineage, sample_weight, w_key, gram)
+    ys = None
+    if Y is not None:
+        ys = _STATS.get_or_compute(
+            lineage.key() + ("Y", w_key, digest(Y)),
+            _accept_any,
+            lambda: _sized(_y_sums(op, sample_weight, Y)),
+            "target sums",
+        )
+    return xs, ys
 
 
 @dataclass(frozen=True)
@@ -294,20 +303,7 @@ def _downdated_sums(lineage: Any) -> _XSums | None:
     if n_test != n_root - rows.shape[0]:
         return None  # repeated rows (a bootstrap): not a complement
     tsums = _x_sums(root_op.take_rows(np.flatnonzero(test)), None, True, col_sums=True)
-    eps = float(np.finfo(np.dtype(lineage.dtype)).eps)
-    D_root = np.diag(root.gram)
-    reason = None
-    if not np.all(np.diag(tsums.gram) <= _MAX_TEST_MASS * D_root):
-        reason = "the test rows carry most of a column's mass"
-    else:
-        sums = _XSums(
-            root.sw_sum - tsums.sw_sum,
-            root.col_sums - tsums.col_sums,
-            root.gram - tsums.gram,
-        )
-        error = _downdating_error(sums, eps * float(np.max(D_root, initial=0.0)))
-        if not error <= 0.01 * np.sqrt(eps):
-            reason = f"the gram is ill-conditioned (error bound {error:.2g})"
+    sums, reason = _difference(root, tsums, np.dtype(lineage.dtype))
     if reason is not None:
         _STATS.count(lineage.token, "fallbacks")
         logger.debug(
@@ -326,6 +322,28 @@ def _downdated_sums(lineage: Any) -> _XSums | None:
         n_test,
     )
     return sums
+
+
+def _difference(
+    root: _XSums, part: _XSums, dtype: Any
+) -> tuple[_XSums | None, str | None]:
+    """``root - part`` (the sums of the other rows), or None and why the guard
+    refused it: ``part`` carries more than ``_MAX_TEST_MASS`` of a column's
+    squared mass, or the difference's centered gram is too ill-conditioned for
+    its rounding (``eps * max(D_root)``, ``eps`` of ``dtype``)."""
+    eps = float(np.finfo(dtype).eps)
+    D_root = np.diag(root.gram)
+    if not np.all(np.diag(part.gram) <= _MAX_TEST_MASS * D_root):
+        return None, "the test rows carry most of a column's mass"
+    sums = _XSums(
+        root.sw_sum - part.sw_sum,
+        root.col_sums - part.col_sums,
+        root.gram - part.gram,
+    )
+    error = _downdating_error(sums, eps * float(np.max(D_root, initial=0.0)))
+    if not error <= 0.01 * np.sqrt(eps):
+        return None, f"the gram is ill-conditioned (error bound {error:.2g})"
+    return sums, None
 
 
 def _downdating_error(sums: _XSums, noise: float) -> float:
@@ -352,3 +370,109 @@ def _downdating_error(sums: _XSums, noise: float) -> float:
         return np.inf
     # ||G^-1|| ~ 1 / (anorm rc): the error of a solve is noise * ||G^-1||.
     return noise / (anorm * rc)
+
+
+class FoldStatistics:
+    """The statistics of a K-fold cross-validation of one design, in about two
+    passes over the rows instead of K.
+
+    The raw sums of all rows are computed once (from the cache where ``op`` has a
+    lineage: the refit on all rows then finds them); per fold, the test rows'
+    directly (the smaller pass) and the training rows' as their difference, under
+    the guard of :func:`_difference` (and the same bound on the targets' squared
+    mass), falling back to the training rows' own pass where it refuses. The
+    cross-validated estimators use it: they visit every fold and fit on all rows,
+    so the pass over all rows is always paid for.
+
+    Parameters
+    ----------
+    op : Operator of shape (n_samples, n_features)
+    sample_weight : array of shape (n_samples,) or None
+        Where ``op`` lives.
+    Y : array of shape (n_samples, n_targets), float64
+        Where ``op`` lives.
+    fit_intercept : bool
+    """
+
+    def __init__(self, op: Any, sample_weight: Any, Y: Any, fit_intercept: bool):
+        self.op, self.sample_weight, self.Y = op, sample_weight, Y
+        self.fit_intercept = fit_intercept
+        self._all = _raw_sums(op, sample_weight, Y, True, col_sums=True)
+        #: Folds whose training statistics were computed directly (the guard).
+        self.fallbacks = 0
+
+    @property
+    def all_rows(self) -> GramStats:
+        """The centered statistics of all rows."""
+        return _centered(*self._all, self.fit_intercept, True, self.op.n_cols)
+
+    def fold(self, train: np.ndarray, test: np.ndarray) -> Fold:
+        """The fold with host indices ``train`` and ``test`` (a partition of the
+        rows: otherwise its training rows are computed directly)."""
+        op, xp, device = self.op, self.op.xp, self.op.device
+        test_d = asarray_on(test, xp, device)
+        test_op = op.take_rows(test_d)
+        Y_test = xp.take(self.Y, test_d, axis=0)
+        sw_test = _take(self.sample_weight, test_d, xp)
+        txs = _x_sums(test_op, sw_test, True, col_sums=True)
+        tys = _y_sums(test_op, sw_test, Y_test)
+        train_sums = None
+        if train.shape[0] + test.shape[0] == op.n_rows:
+            train_sums = self._difference(txs, tys, train, test)
+        if train_sums is None:
+            train_d = asarray_on(train, xp, device)
+            train_op = op.take_rows(train_d)
+            sw_train = _take(self.sample_weight, train_d, xp)
+            train_sums = (
+                _x_sums(train_op, sw_train, True, col_sums=True),
+                _y_sums(train_op, sw_train, xp.take(self.Y, train_d, axis=0)),
+            )
+        n = op.n_cols
+        return Fold(
+            _centered(*train_sums, self.fit_intercept, True, n),
+            _centered(txs, tys, True, True, n),
+            test_op,
+            Y_test,
+            sw_test,
+        )
+
+    def _difference(self, txs, tys, train, test):
+        xs, ys = self._all
+        seen = np.zeros(self.op.n_rows, dtype=bool)
+        seen[test] = True
+        seen[train] = True
+        reason = None
+        if not seen.all():
+            reason = "the folds are not a partition"
+        elif not np.all(tys.syy <= _MAX_TEST_MASS * ys.syy):
+            reason = "the test rows carry most of the target's mass"
+        else:
+            diff, reason = _difference(xs, txs, np.dtype(self.op.dtype))
+        if reason is not None:
+            self.fallbacks += 1
+            logger.debug(
+                "fold statistics: no downdating for %d of %d rows (%s): computing "
+                "directly.",
+                train.shape[0],
+                self.op.n_rows,
+                reason,
+            )
+            return None
+        return diff, _YSums(ys.TtSY - tys.TtSY, ys.sy - tys.sy, ys.syy - tys.syy)
+
+
+@dataclass(frozen=True)
+class Fold:
+    """One fold of :class:`FoldStatistics`: the centered statistics of its
+    training rows (centered as the fit asks) and of its test rows (centered), the
+    test rows' operator, targets and weights (where ``op`` lives)."""
+
+    train: GramStats
+    test: GramStats
+    test_op: Any
+    Y_test: Any
+    sw_test: Any
+
+
+def _take(a: Any, rows: Any, xp: Any) -> Any:
+    return None if a is None else xp.take(a, rows, axis=0)
