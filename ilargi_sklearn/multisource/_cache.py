@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from typing import Any
@@ -56,7 +57,10 @@ class _MaterializedCache:
     def __init__(self, max_entries: int = 4, max_bytes: int | None = None) -> None:
         self.max_entries = max_entries
         self.max_bytes = max_bytes if max_bytes is not None else _total_memory() // 4
-        self._entries: OrderedDict[tuple[Any, str], tuple[Any, int]] = OrderedDict()
+        # (matrix, bytes, seconds its join took to build)
+        self._entries: OrderedDict[tuple[Any, str], tuple[Any, int, float]] = (
+            OrderedDict()
+        )
         self._lock = threading.Lock()
         # Tokens of collected roots whose entries could not be dropped at once (the
         # finalizer ran while the lock was held): dropped by the next call.
@@ -77,20 +81,35 @@ class _MaterializedCache:
             self._entries.move_to_end((token, device))
             return entry[0]
 
+    def build_seconds(self, token: Any, device: str) -> float | None:
+        """How long the cached join of ``token`` took to build (None: not cached)."""
+        with self._lock:
+            self._purge()
+            entry = self._entries.get((token, device))
+            return None if entry is None else entry[2]
+
     def __contains__(self, key: tuple[Any, str]) -> bool:
         with self._lock:
             self._purge()
             return key in self._entries
 
-    def put(self, token: Any, device: str, matrix: Any, nbytes: int, root: Any) -> None:
+    def put(
+        self,
+        token: Any,
+        device: str,
+        matrix: Any,
+        nbytes: int,
+        root: Any,
+        seconds: float = 0.0,
+    ) -> None:
         if nbytes > self.max_bytes:
             return
         with self._lock:
             self._purge()
-            self._entries[(token, device)] = (matrix, nbytes)
+            self._entries[(token, device)] = (matrix, nbytes, float(seconds))
             self._entries.move_to_end((token, device))
             while len(self._entries) > self.max_entries or (
-                sum(n for _, n in self._entries.values()) > self.max_bytes
+                sum(e[1] for e in self._entries.values()) > self.max_bytes
             ):
                 self._entries.popitem(last=False)
         weakref.finalize(root, self.discard, token)
@@ -113,7 +132,7 @@ class _MaterializedCache:
         """Devices and bytes of ``token``'s joined matrices."""
         with self._lock:
             self._purge()
-            mine = [(k[1], n) for k, (_, n) in self._entries.items() if k[0] is token]
+            mine = [(k[1], e[1]) for k, e in self._entries.items() if k[0] is token]
         return {"devices": [d for d, _ in mine], "bytes": int(sum(n for _, n in mine))}
 
     @property
@@ -121,7 +140,7 @@ class _MaterializedCache:
         """Bytes of the matrices held."""
         with self._lock:
             self._purge()
-            return sum(n for _, n in self._entries.values())
+            return sum(e[1] for e in self._entries.values())
 
 
 _CACHE = _MaterializedCache()
@@ -191,6 +210,12 @@ def is_materialization_cached(ds: Any, device: str = "cpu") -> bool:
     return info is not None and (info[0], device) in _CACHE
 
 
+def materialization_seconds(ds: Any, device: str = "cpu") -> float | None:
+    """How long the cached join of ``ds``'s root took to build (None: not cached)."""
+    info = _root_info(ds)
+    return None if info is None else _CACHE.build_seconds(info[0], device)
+
+
 def materialized_operator(
     ds: MultiSourceDataset, device: str = "cpu"
 ) -> tuple[Operator, bool]:
@@ -217,8 +242,9 @@ def materialized_operator(
     # Build the root's join only when the slice is most of it (a CV fold); for a
     # small slice its own join is cheaper.
     if M is None and (rows is None or 2 * rows.shape[0] >= root.n_rows):
+        t0 = time.perf_counter()
         M = root.materialize()
-        _CACHE.put(token, device, M, nbytes(M), root)
+        _CACHE.put(token, device, M, nbytes(M), root, time.perf_counter() - t0)
     base, layers = _unwrap_affine(ds.operator)
     A = base.materialize() if M is None else (M if rows is None else M[rows])
     op: Operator = MatrixOperator(A)

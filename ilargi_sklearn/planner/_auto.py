@@ -26,6 +26,7 @@ from ilargi_sklearn.multisource import MultiSourceDataset
 from ilargi_sklearn.multisource._cache import (
     clear_materialization_cache,
     is_materialization_cached,
+    materialization_seconds,
     materialized_dataset,
     set_materialization_cache,
 )
@@ -125,7 +126,8 @@ class _PlanHistory:
     candidates of a search over one dataset share it, clones included (they share
     nothing else). A measurement is kept per cache state of the plan (the join
     cached or not, the statistics cached or not), because a state's time says
-    nothing about another's (the first materialized fit builds the join), and
+    little about another's (the first materialized fit builds the join; its time
+    less the join's build time is recorded for the cached state too), and
     stored per row: the slices of one root (folds, the refit) differ in size, and
     the plans' work scales with the rows. Bounded (``_HISTORY_SIZE`` keys); the
     tokens it holds are small objects that keep no data alive.
@@ -144,13 +146,16 @@ class _PlanHistory:
             self._entries.move_to_end(key)
             return dict(entry)
 
-    def record(self, key: tuple, state: tuple, seconds_per_row: float) -> None:
+    def record(
+        self, key: tuple, state: tuple, seconds_per_row: float, replace: bool = True
+    ) -> None:
         with self._lock:
             entry = self._entries.setdefault(key, {})
             self._entries.move_to_end(key)
-            # The latest measurement: the machine's load changes, and a state
-            # seen again is the current one.
-            entry[state] = seconds_per_row
+            # The latest measurement (the machine's load changes, and a state
+            # seen again is the current one), unless asked to keep a measured one.
+            if replace or state not in entry:
+                entry[state] = seconds_per_row
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)
 
@@ -551,7 +556,18 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
         self.choice_reason_ = reason
         self.measured_seconds_ = measured
         if work is not None:
-            _HISTORY.record(work, states[plan], seconds / max(n_rows, 1.0))
+            rows = max(n_rows, 1.0)
+            _HISTORY.record(work, states[plan], seconds / rows)
+            rep, device = split_plan(plan)
+            join = materialization_seconds(X, device) if rep == "materialized" else None
+            if not hit and join is not None:
+                # This fit built the join: without that build it measured the
+                # plan with the join cached, the state of the fits to come (else
+                # the next fit would explore that state anew, at a fit's cost).
+                cached_state = (plan, True, states[plan][2])
+                _HISTORY.record(
+                    work, cached_state, max(seconds - join, 0.0) / rows, replace=False
+                )
         if hasattr(est, "n_features_in_"):
             self.n_features_in_ = est.n_features_in_
         if isinstance(X, MultiSourceDataset):
