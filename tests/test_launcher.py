@@ -79,25 +79,23 @@ def test_read_only_memory_maps_keep_the_compiled_kernels(tmp_path, caplog):
     y = (ds.materialize()[:, 0] > 0).astype(float)
     v = rng.standard_normal(ds.shape[1])
     u = rng.standard_normal(n)
+
+    def results(d):
+        return [
+            d.gram(),
+            d @ v,
+            d.T @ u,
+            FactorizedKMeans(3, n_init=1, random_state=0).fit(d).cluster_centers_,
+            FactorizedLogisticRegression().fit(d, y).coef_,
+        ]
+
     try:
         with caplog.at_level("WARNING", logger=_launcher.logger.name):
-            got = [
-                ro.gram(),
-                ro @ v,
-                ro.T @ u,
-                FactorizedKMeans(3, n_init=1, random_state=0).fit(ro).cluster_centers_,
-                FactorizedLogisticRegression().fit(ro, y).coef_,
-            ]
+            got = results(ro)
         assert _launcher.numba_available()
         assert not [r for r in caplog.records if "from now on" in r.getMessage()]
     finally:
         _launcher._state["numba"] = None  # let the next test probe again
-    want = [
-        ds.gram(),
-        ds @ v,
-        ds.T @ u,
-        FactorizedKMeans(3, n_init=1, random_state=0).fit(ds).cluster_centers_,
-        FactorizedLogisticRegression().fit(ds, y).coef_,
-    ]
+    want = results(ds)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
