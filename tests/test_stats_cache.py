@@ -483,3 +483,35 @@ def test_cv_estimators_pass_over_all_rows_once_and_each_test_fold(gram_calls):
     FactorizedRidgeCV(alphas=[1e-3, 1e-2], cv=KFold(N_FOLDS)).fit(ds, y)
     # Ridge's refit runs its own fit on all rows (the cache is off here).
     assert gram_calls[0] == 2 + N_FOLDS
+
+
+# ------------------------------------------------------------ the slice memo
+def test_a_search_slices_each_fold_once():
+    ds, _ = star(seed=8)
+    rows = np.arange(0, len(ds), 3)
+    first = ds[rows]
+    # The same index array (what a search hands every candidate): the same slice.
+    assert ds[rows] is first and ds[rows, ...] is first
+    # An equal array elsewhere, or the array changed in place: sliced afresh.
+    assert ds[rows.copy()] is not first
+    rows[0] = 1
+    again = ds[rows]
+    assert again is not first
+    np.testing.assert_array_equal(
+        again.materialize("dense"), ds.materialize("dense")[rows]
+    )
+    # Off with the statistics cache.
+    set_statistics_cache(0)
+    assert ds[rows] is not ds[rows]
+
+
+def test_memoized_slices_do_not_keep_the_dataset_alive():
+    ds, y = star(n_rows=500, seed=11)
+    rows = np.arange(400)
+    FactorizedRidge().fit(ds[rows], y[rows])
+    FactorizedRidge().fit(ds, y)
+    token = ds._root_token
+    assert any(k[0] is token for k in _STATS._entries)
+    del ds
+    gc.collect()
+    assert not any(k[0] is token for k in _STATS._entries)

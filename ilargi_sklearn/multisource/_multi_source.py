@@ -755,6 +755,11 @@ class MultiSourceDataset:
                 raise IndexError(
                     "MultiSourceDataset selects rows only: use ds[rows] or ds[rows, ...]."
                 )
+        from ilargi_sklearn.multisource._stats_cache import cached_slice
+
+        return cached_slice(self, key, lambda: self._take(key))
+
+    def _take(self, key: Any) -> MultiSourceDataset:
         n = len(self)
         if isinstance(key, slice):
             rows = np.arange(n)[key]

@@ -186,6 +186,8 @@ def register_lineage(op: Any, ds: Any, strategy: str = "factorized") -> None:
         return
     if rows is not None:
         rows = np.asarray(rows)
+    if _registered(op, token, rows, strategy) is not None:
+        return  # the same slice fitted again (a search's next candidate): keep its digest
     if isinstance(op, AffineOperator):
         base = lineage_of(op.base)
         if base is not None:
@@ -199,6 +201,21 @@ def register_lineage(op: Any, ds: Any, strategy: str = "factorized") -> None:
     )
     _store(op, lineage)
     _STATS.watch(token, root)
+
+
+def _registered(op: Any, token: Any, rows: Any, strategy: str) -> Lineage | None:
+    """``op``'s lineage if it is already registered for these rows (the same
+    index array) of ``token``'s root with ``strategy``, unscaled; else None."""
+    known = lineage_of(op)
+    if (
+        known is not None
+        and known.token is token
+        and known.rows is rows
+        and known.strategy == strategy
+        and not known.variant
+    ):
+        return known
+    return None
 
 
 def _store(op: Any, lineage: Lineage) -> None:
@@ -398,6 +415,111 @@ def _show(key: tuple) -> str:
 _STATS = _StatsCache()
 
 
+class _SliceMemo:
+    """The row slices of a search, taken again by every candidate.
+
+    scikit-learn's searches draw their folds once and hand the same index arrays to
+    every candidate (``X[train]``, ``X[test]``): the slice of a dataset by the same
+    integer array is kept and given again, with what hangs on it (its operator's
+    lineage and digest, the planner's figures of it), instead of gathering the
+    base rows and digesting the rows anew per candidate. An entry is used only
+    while its index array is alive and equal to a copy taken when it was stored
+    (a changed array misses). Bounded by ``size`` entries and the statistics
+    cache's budget in gathered bytes (off when that is 0); an entry goes with its
+    dataset or its index array. Cleared with the statistics cache.
+    """
+
+    def __init__(self, size: int = 32) -> None:
+        self.size = size
+        self._entries: OrderedDict[tuple[int, int], tuple] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, ds: Any, key: Any) -> Any:
+        if not _memoizable(key) or _STATS.max_bytes <= 0:
+            return None
+        with self._lock:
+            entry = self._entries.get((id(ds), id(key)))
+            if entry is None:
+                return None
+            ds_ref, key_ref, copy, out, _ = entry
+            if ds_ref() is not ds or key_ref() is not key:
+                return None
+            self._entries.move_to_end((id(ds), id(key)))
+        # Outside the lock: one pass over the indices, far below a gather's.
+        return out if np.array_equal(copy, key) else None
+
+    def put(self, ds: Any, key: Any, out: Any, nbytes: int) -> None:
+        if not _memoizable(key) or nbytes > _STATS.max_bytes:
+            return
+        k = (id(ds), id(key))
+        try:
+            ds_ref = weakref.ref(ds, lambda _: self.discard(k))
+            key_ref = weakref.ref(key, lambda _: self.discard(k))
+        except TypeError:  # pragma: no cover
+            return
+        with self._lock:
+            # Entries whose callback found the lock taken.
+            for dead in [
+                e for e, v in self._entries.items() if v[0]() is None or v[1]() is None
+            ]:
+                self._bytes -= self._entries.pop(dead)[4]
+            old = self._entries.pop(k, None)
+            if old is not None:
+                self._bytes -= old[4]
+            self._entries[k] = (ds_ref, key_ref, key.copy(), out, nbytes)
+            self._bytes += nbytes
+            while len(self._entries) > self.size or self._bytes > _STATS.max_bytes:
+                self._bytes -= self._entries.popitem(last=False)[1][4]
+
+    def discard(self, k: tuple[int, int]) -> None:
+        # From a weakref callback: never wait (a collection inside a held lock).
+        if self._lock.acquire(blocking=False):
+            try:
+                old = self._entries.pop(k, None)
+                if old is not None:
+                    self._bytes -= old[4]
+            finally:
+                self._lock.release()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+
+def _memoizable(key: Any) -> bool:
+    # What the splitters hand over: 1-D integer arrays (masks and slices are cheap
+    # to recognize but rarer; lists cannot be weakly referenced).
+    return isinstance(key, np.ndarray) and key.ndim == 1 and key.dtype.kind in "iu"
+
+
+_SLICES = _SliceMemo()
+
+
+def cached_slice(ds: Any, key: Any, take: Callable[[], Any]) -> Any:
+    """``ds[key]``: the slice kept for this dataset and index array, else
+    ``take()`` (kept when ``key`` is an integer array and sharing is on)."""
+    out = _SLICES.get(ds, key)
+    if out is None:
+        out = take()
+        _SLICES.put(ds, key, out, _gathered_bytes(out))
+    return out
+
+
+def _gathered_bytes(ds: Any) -> int:
+    op = getattr(ds, "operator", None)
+    terms = getattr(op, "terms", ())
+    return int(
+        sum(
+            getattr(t.S, "nbytes", 0)
+            or getattr(getattr(t.S, "data", None), "nbytes", 0)
+            for t in terms
+            if t.rows.is_identity
+        )
+    )
+
+
 def set_statistics_cache(max_bytes: int | None = None) -> None:
     """Bound the cache of sufficient statistics that gram-based fits share.
 
@@ -415,11 +537,13 @@ def set_statistics_cache(max_bytes: int | None = None) -> None:
     """
     _STATS.max_bytes = _default_max_bytes() if max_bytes is None else int(max_bytes)
     _STATS.clear()
+    _SLICES.clear()
 
 
 def clear_statistics_cache() -> None:
     """Drop every cached statistic (frees their memory; results do not change)."""
     _STATS.clear()
+    _SLICES.clear()
 
 
 def statistics_cache_info(ds: Any) -> dict[str, Any]:
@@ -479,14 +603,12 @@ def statistics_cached(ds: Any, strategy: str, sample_weight: Any = None) -> str 
             lineage = base.scaled(op)
             key = lineage.key() + ("X", w_key)
             return "fold" if _STATS.holds(key, _has_gram_entry) else None
-    lineage = Lineage(
-        token,
-        None if rows is None else np.asarray(rows),
-        root,
-        strategy,
-        np.dtype(op.dtype).str,
-        _device_name(op),
-    )
+    rows = None if rows is None else np.asarray(rows)
+    lineage = _registered(op, token, rows, strategy)
+    if lineage is None:
+        lineage = Lineage(
+            token, rows, root, strategy, np.dtype(op.dtype).str, _device_name(op)
+        )
     if _STATS.holds(lineage.key() + ("X", w_key), _has_gram_entry):
         return "fold"
     if (

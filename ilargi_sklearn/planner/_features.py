@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import weakref
 from typing import Any
 
 import numpy as np
@@ -101,6 +102,12 @@ def _nnz(S: Any) -> int:
     return int(S.nnz) if sp.issparse(S) else int(np.count_nonzero(S))
 
 
+# Host datasets -> their figures: a search's candidates fit the same fold slices
+# (kept by the slice memo, ``multisource._stats_cache``), whose figures are then
+# counted once. Weak keys: a figure never keeps a dataset alive.
+_DATA_FEATURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def data_features(X: Any) -> dict[str, Any]:
     """Raw data figures of a dataset (or operator, or matrix), never materializing.
 
@@ -118,6 +125,22 @@ def data_features(X: Any) -> dict[str, Any]:
         per-term detail) and the size of the root dataset for the materialization
         cache.
     """
+    from ilargi_sklearn.multisource._multi_source import MultiSourceDataset
+
+    host = (
+        isinstance(X, MultiSourceDataset) and str(getattr(X, "device", "cpu")) == "cpu"
+    )
+    if host:
+        known = _DATA_FEATURES.get(X)
+        if known is not None:
+            return dict(known)
+    out = _data_features(X)
+    if host:
+        _DATA_FEATURES[X] = dict(out)
+    return out
+
+
+def _data_features(X: Any) -> dict[str, Any]:
     from ilargi_sklearn.multisource import (
         FactorizedMatrix,
         InteractionOperator,
