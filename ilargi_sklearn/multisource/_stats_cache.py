@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ilargi_sklearn._backend._namespace import is_numpy_namespace, to_numpy
+from ilargi_sklearn._backend._ops import nbytes
 from ilargi_sklearn.multisource._cache import _total_memory
 from ilargi_sklearn.multisource._operators import AffineOperator
 
@@ -508,16 +509,10 @@ def cached_slice(ds: Any, key: Any, take: Callable[[], Any]) -> Any:
 
 
 def _gathered_bytes(ds: Any) -> int:
-    op = getattr(ds, "operator", None)
-    terms = getattr(op, "terms", ())
-    return int(
-        sum(
-            getattr(t.S, "nbytes", 0)
-            or getattr(getattr(t.S, "data", None), "nbytes", 0)
-            for t in terms
-            if t.rows.is_identity
-        )
-    )
+    """Bytes a slice holds of its own: its base rows (the joined sources are its
+    root's)."""
+    terms = getattr(getattr(ds, "operator", None), "terms", ())
+    return sum(nbytes(t.S) for t in terms if t.rows.is_identity)
 
 
 def set_statistics_cache(max_bytes: int | None = None) -> None:
