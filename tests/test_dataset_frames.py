@@ -725,13 +725,21 @@ def test_aligned_target_equals_the_merged_target_column(spec):
     if len(expected) == 0:
         return  # the joins leave no rows: from_frames raises (tested above)
     y = pd.Series(target_values(tables), index=tables["base"].index)
-    ds, got = from_frames(
-        tables["base"].assign(target=y),
-        spec["base_features"],
-        joins,
-        target="target",
-        **kwargs,
-    )
+    try:
+        ds, got = from_frames(
+            tables["base"].assign(target=y),
+            spec["base_features"],
+            joins,
+            target="target",
+            **kwargs,
+        )
+    except ValueError as exc:
+        # Only categorical columns whose values all are missing: no columns, a
+        # clear error (tested with the matrices above), no dataset to align.
+        if "no features selected" not in str(exc):
+            raise
+        event("no features")
+        return
     assert ds.n_base_rows_ == len(tables["base"])
     rows = ds.base_rows_
     assert ((rows >= -1) & (rows < ds.n_base_rows_)).all()
