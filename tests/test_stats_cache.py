@@ -34,7 +34,7 @@ from ilargi_sklearn.multisource import (
     clear_statistics_cache,
     set_statistics_cache,
 )
-from ilargi_sklearn.multisource._stats_cache import _STATS
+from ilargi_sklearn.multisource._stats_cache import _SLICES, _STATS
 from ilargi_sklearn.utils._stats import FoldStatistics, centered_gram
 from ilargi_sklearn.utils._validation import validate_X
 
@@ -505,6 +505,11 @@ def test_a_search_slices_each_fold_once():
     np.testing.assert_array_equal(
         again.materialize("dense"), ds.materialize("dense")[rows]
     )
-    # Off with the statistics cache.
+    # A kept slice counts its own bytes: its operator's less the joined sources
+    # it shares with its root.
+    shared = sum(t.S.nbytes for t in ds.operator.terms if not t.rows.is_identity)
+    assert _SLICES._bytes >= again.operator.nbytes - shared > 0
+    # Off with the statistics cache: nothing is kept.
     set_statistics_cache(0)
     assert ds[rows] is not ds[rows]
+    assert not _SLICES._entries and _SLICES._bytes == 0

@@ -437,7 +437,7 @@ class _SliceMemo:
         self._lock = threading.Lock()
 
     def get(self, ds: Any, key: Any) -> Any:
-        if not _memoizable(key) or _STATS.max_bytes <= 0:
+        if not _memoizable(key):
             return None
         with self._lock:
             entry = self._entries.get((id(ds), id(key)))
@@ -452,7 +452,7 @@ class _SliceMemo:
 
     def put(self, ds: Any, key: Any, out: Any, nbytes: int) -> None:
         if not _memoizable(key) or nbytes > _STATS.max_bytes:
-            return
+            return  # (with sharing off, max_bytes is 0: nothing is kept)
         k = (id(ds), id(key))
         try:
             ds_ref = weakref.ref(ds, lambda _: self.discard(k))
@@ -491,8 +491,14 @@ class _SliceMemo:
 
 def _memoizable(key: Any) -> bool:
     # What the splitters hand over: 1-D integer arrays (masks and slices are cheap
-    # to recognize but rarer; lists cannot be weakly referenced).
-    return isinstance(key, np.ndarray) and key.ndim == 1 and key.dtype.kind in "iu"
+    # to recognize but rarer; lists cannot be weakly referenced); and only while
+    # sharing is on.
+    return (
+        _STATS.max_bytes > 0
+        and isinstance(key, np.ndarray)
+        and key.ndim == 1
+        and key.dtype.kind in "iu"
+    )
 
 
 _SLICES = _SliceMemo()
@@ -504,15 +510,33 @@ def cached_slice(ds: Any, key: Any, take: Callable[[], Any]) -> Any:
     out = _SLICES.get(ds, key)
     if out is None:
         out = take()
-        _SLICES.put(ds, key, out, _gathered_bytes(out))
+        _SLICES.put(ds, key, out, _own_bytes(out))
     return out
 
 
-def _gathered_bytes(ds: Any) -> int:
-    """Bytes a slice holds of its own: its base rows (the joined sources are its
-    root's)."""
-    terms = getattr(getattr(ds, "operator", None), "terms", ())
-    return sum(nbytes(t.S) for t in terms if t.rows.is_identity)
+def _own_bytes(ds: Any) -> int:
+    """Bytes a slice holds of its own: its operator's, less the sources it shares
+    with its root (a factorized slice's joined sources; what is left is its base
+    rows and index vectors, or a matrix slice's rows)."""
+    op = ds.operator
+    total = int(op.nbytes)
+    mine, root = _factorized(op), _factorized(getattr(ds, "_root_operator", None))
+    if mine is None or root is None:
+        return total
+    shared = {id(t.S) for t in root.terms}
+    seen: set[int] = set()
+    for t in mine.terms:
+        if id(t.S) in shared and id(t.S) not in seen:
+            seen.add(id(t.S))
+            total -= nbytes(t.S)
+    return total
+
+
+def _factorized(op: Any) -> Any:
+    """The factorized matrix under ``op``'s implicit layers (None: there is none)."""
+    while op is not None and not hasattr(op, "terms"):
+        op = getattr(op, "base", None)
+    return op
 
 
 def set_statistics_cache(max_bytes: int | None = None) -> None:
