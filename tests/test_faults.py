@@ -1,0 +1,278 @@
+"""Faults never crash, caches never go stale in silence.
+
+A damaged cost model file, hardware figures that are not rates, a damaged numba
+cache or model file, a stale cache after an in-place change, a dataset that was
+moved to a device: each gives the right answer or one clear warning or error,
+never a crash. The crashes are provoked in subprocesses, so that a regression
+fails its test instead of taking the test run down.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+
+from ilargi_sklearn.planner import _hardware
+from ilargi_sklearn.planner._cost_model import (
+    checksum_path,
+    load_cost_model,
+    save_cost_model,
+    shipped_model_path,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _python(code: str, env: dict[str, str] | None = None, timeout: int = 300):
+    """Run ``code`` in a fresh interpreter; (return code, stdout, stderr)."""
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO_ROOT,
+        env={**os.environ, **(env or {})},
+    )
+    return out.returncode, out.stdout, out.stderr
+
+
+def _flip(data: bytes, fraction: float) -> bytes:
+    """``data`` with one byte flipped, at ``fraction`` of its length."""
+    b = bytearray(data)
+    b[int(fraction * len(b))] ^= 0xFF
+    return bytes(b)
+
+
+# ------------------------------------------------------------ cost model files
+#: A byte in CatBoost's tree arrays (about 94% into the shipped model): flipped,
+#: the native loader reads out of bounds and the process dies of SIGSEGV.
+SEGFAULT_AT = 0.94
+
+needs_model = pytest.mark.skipif(
+    not shipped_model_path().is_file(), reason="no shipped cost model"
+)
+
+
+@pytest.fixture
+def damaged_user_model(tmp_path):
+    """A cache folder whose calibrated model has one byte flipped (its checksum
+    file is the intact model's)."""
+    pytest.importorskip("catboost")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    good = shipped_model_path().read_bytes()
+    (cache / "cost_model.cbm").write_bytes(_flip(good, SEGFAULT_AT))
+    checksum_path(cache / "cost_model.cbm").write_text(
+        checksum_path(shipped_model_path()).read_text()
+    )
+    return cache
+
+
+@needs_model
+def test_damaged_user_model_falls_back_to_the_shipped_one(damaged_user_model):
+    """The reported crash: one flipped byte in the calibrated model killed every
+    AutoPlan fit (SIGSEGV in CatBoost's loader). Now the file fails its checksum
+    before CatBoost sees it, and the shipped model is used, with one warning."""
+    code = """
+        import warnings
+        from ilargi_sklearn import AutoPlan, FactorizedLinearRegression
+        from ilargi_sklearn.datasets import make_multi_source
+        from ilargi_sklearn.planner import load_cost_model, shipped_model_path
+        d = make_multi_source(n_rows=300, random_state=0)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            auto = AutoPlan(FactorizedLinearRegression()).fit(d.dataset, d.target)
+            auto = AutoPlan(FactorizedLinearRegression()).fit(d.dataset, d.target)
+        msgs = [str(x.message) for x in w if "cost model" in str(x.message)]
+        assert len(msgs) == 1, msgs
+        print(msgs[0])
+        model = load_cost_model("default")
+        assert model.is_learned and model.source == str(shipped_model_path())
+        print("fitted", auto.plan_)
+    """
+    rc, out, err = _python(code, {"ILARGI_CACHE_DIR": str(damaged_user_model)})
+    assert rc == 0, f"exit code {rc}: {err[-2000:]}"
+    assert "does not match" in out and "shipped model is used instead" in out
+    assert "ilargi calibrate" in out
+    assert "fitted" in out
+
+
+@needs_model
+def test_ilargi_fit_survives_a_damaged_model(damaged_user_model, tmp_path):
+    from test_cli import SPEC, write_star
+
+    write_star(tmp_path / "data")
+    spec = tmp_path / "star.toml"
+    spec.write_text(SPEC.replace('plan = "factorized"', 'plan = "auto"'))
+    code = f"""
+        import sys
+        from ilargi_sklearn.cli import main
+        sys.exit(main(["fit", {str(spec)!r}, "--cv", "2", "--no-save", "-q"]))
+    """
+    rc, out, err = _python(code, {"ILARGI_CACHE_DIR": str(damaged_user_model)})
+    assert rc == 0, f"exit code {rc}: {err[-2000:]}"
+    assert "cross-validated" in out
+    assert "does not match" in err
+
+
+@needs_model
+@pytest.mark.slow
+def test_ilargi_calibrate_replaces_a_damaged_model(damaged_user_model, tmp_path):
+    """The command that would replace the damaged model crashed on it too (it
+    compares the new model with the current one); now it runs and installs a
+    model that loads."""
+    records = tmp_path / "r.jsonl"
+    code = f"""
+        import sys
+        from ilargi_sklearn import cli
+        from ilargi_sklearn.planner import _calibrate
+        work = [
+            {{"group": "synthetic", "estimator": "linear", "params": {{}},
+              "data": {{"n_rows": 300, "tuple_ratio": tr}}}}
+            for tr in (2.0, 5.0, 20.0)
+        ]
+        _calibrate.default_workloads = lambda **kw: work
+        sys.exit(cli.main(["calibrate", "--records", {str(records)!r}, "-q",
+                           "--budget", "60"]))
+    """
+    rc, out, err = _python(code, {"ILARGI_CACHE_DIR": str(damaged_user_model)})
+    assert rc == 0, f"exit code {rc}: {err[-2000:]}"
+    assert "does not match" in err
+    assert "installed the new model" in out
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = load_cost_model(str(damaged_user_model / "cost_model.cbm"))
+    assert model.is_learned
+
+
+@needs_model
+@pytest.mark.parametrize(
+    "damage", ["flip-start", "flip-middle", "truncate", "no-checksum", "garbage"]
+)
+def test_model_file_is_verified_before_catboost_reads_it(tmp_path, damage):
+    """Most flipped bytes make CatBoost load a different model without a word;
+    every damaged file now falls back, with a warning that names the file."""
+    pytest.importorskip("catboost")
+    good = shipped_model_path().read_bytes()
+    path = tmp_path / "m.cbm"
+    data = {
+        "flip-start": _flip(good, 0.0005),
+        "flip-middle": _flip(good, 0.5),
+        "truncate": good[: len(good) // 2],
+        "no-checksum": good,
+        "garbage": b"not a catboost model",
+    }[damage]
+    path.write_bytes(data)
+    if damage != "no-checksum":
+        checksum_path(path).write_text(checksum_path(shipped_model_path()).read_text())
+    with pytest.warns(UserWarning, match=r"m\.cbm.*analytical") as record:
+        model = load_cost_model(str(path))
+    assert not model.is_learned
+    reason = "no readable checksum" if damage == "no-checksum" else "does not match"
+    assert reason in str(record[0].message)
+
+
+def test_saved_model_has_a_checksum_and_loads(tmp_path):
+    pytest.importorskip("catboost")
+    from ilargi_sklearn.planner._cost_model import fit_cost_model, read_records
+
+    if not shipped_model_path().is_file():
+        pytest.skip("no shipped records")
+    from ilargi_sklearn.planner._cost_model import shipped_records_path
+
+    records = read_records(shipped_records_path())[:60]
+    model = fit_cost_model(records, iterations=10, thread_count=1)
+    path = save_cost_model(model, tmp_path / "m.cbm")
+    side = checksum_path(path)
+    assert side.is_file() and side.read_text().endswith("  m.cbm\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_cost_model(str(path)).is_learned
+    # The file changes, its checksum does not: not loaded.
+    path.write_bytes(_flip(path.read_bytes(), 0.5))
+    with pytest.warns(UserWarning, match="does not match"):
+        assert not load_cost_model(str(path)).is_learned
+
+
+@needs_model
+def test_shipped_model_passes_its_checksum():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_cost_model(str(shipped_model_path())).is_learned
+
+
+# ------------------------------------------------------------ hardware figures
+@pytest.fixture
+def fake_measure(tmp_path, monkeypatch):
+    """Hardware "measurements" that are counted and instant."""
+    monkeypatch.setenv("ILARGI_CACHE_DIR", str(tmp_path))
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return {
+            "cpu_cores": 2,
+            "cpu_model": "test",
+            "gemm_gflops": 50.0,
+            "mem_bandwidth_gbs": 10.0,
+            "gather_gbs": 2.0,
+        }
+
+    monkeypatch.setattr(_hardware, "_measure_cpu", measure)
+    monkeypatch.setattr(_hardware, "_measure_gpu", dict)
+    _hardware._hardware_info_cached.cache_clear()
+    yield calls
+    _hardware._hardware_info_cached.cache_clear()
+
+
+@pytest.mark.parametrize(
+    "bad", [float("nan"), 0.0, -3.0, float("inf"), "fast", None, True]
+)
+@pytest.mark.parametrize("name", ["gemm_gflops", "cpu_cores", "gather_gbs"])
+def test_hardware_figures_that_are_not_rates_are_measured_again(
+    tmp_path, fake_measure, name, bad
+):
+    """A figure the cost model divides by is never NaN, zero, negative or
+    infinite: such a cached value is measured again and the file rewritten."""
+    _hardware.hardware_info()
+    assert len(fake_measure) == 1
+    path = tmp_path / "hardware.json"
+    data = json.loads(path.read_text())
+    entry = data[_hardware.machine_id()]
+    entry[name] = bad
+    if bad is None:
+        del entry[name]
+    path.write_text(json.dumps(data))
+
+    # Intact figures are read, not measured.
+    _hardware._hardware_info_cached.cache_clear()
+    info = _hardware.hardware_info()
+    assert len(fake_measure) == 2
+    for k in ("cpu_cores", "gemm_gflops", "mem_bandwidth_gbs", "gather_gbs"):
+        assert math.isfinite(info[k]) and info[k] > 0, (k, info[k])
+    rewritten = json.loads(path.read_text())[_hardware.machine_id()]
+    assert rewritten[name] == info[name]
+    _hardware._hardware_info_cached.cache_clear()
+    _hardware.hardware_info()
+    assert len(fake_measure) == 2
+
+
+def test_bad_gpu_figures_are_measured_again(tmp_path, fake_measure):
+    _hardware.hardware_info()
+    path = tmp_path / "hardware.json"
+    data = json.loads(path.read_text())
+    data[_hardware.machine_id()].update(
+        gpu_name="X", gpu_memory_bytes=1e9, gpu_gemm_gflops=0.0, gpu_bandwidth_gbs=1
+    )
+    path.write_text(json.dumps(data))
+    _hardware._hardware_info_cached.cache_clear()
+    info = _hardware.hardware_info()
+    assert len(fake_measure) == 2 and "gpu_gemm_gflops" not in info
