@@ -14,10 +14,12 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ilargi_sklearn.planner import _hardware
@@ -28,8 +30,6 @@ from ilargi_sklearn.planner._cost_model import (
     shipped_model_path,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
 
 def _python(code: str, env: dict[str, str] | None = None, timeout: int = 300):
     """Run ``code`` in a fresh interpreter; (return code, stdout, stderr)."""
@@ -38,7 +38,8 @@ def _python(code: str, env: dict[str, str] | None = None, timeout: int = 300):
         capture_output=True,
         text=True,
         timeout=timeout,
-        cwd=REPO_ROOT,
+        # Not the repository root: the package is imported as installed.
+        cwd=tempfile.gettempdir(),
         env={**os.environ, **(env or {})},
     )
     return out.returncode, out.stdout, out.stderr
@@ -276,3 +277,81 @@ def test_bad_gpu_figures_are_measured_again(tmp_path, fake_measure):
     _hardware._hardware_info_cached.cache_clear()
     info = _hardware.hardware_info()
     assert len(fake_measure) == 2 and "gpu_gemm_gflops" not in info
+
+
+# ------------------------------------------------------------ numba's cache
+def _double(x, out):
+    for i in range(x.shape[0]):
+        out[i] = 2.0 * x[i]
+
+
+@pytest.fixture
+def kernel_cache(tmp_path, monkeypatch, compiled_enabled):
+    """numba's cache in a temporary folder; kernels made anew before and after."""
+    numba = pytest.importorskip("numba")
+    from ilargi_sklearn._backend import _launcher
+
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "numba"))
+    saved = dict(_launcher._state["kernels"])
+    _launcher._state["kernels"].clear()
+    _launcher.register("test_double", _double)
+    monkeypatch.setitem(_launcher._state, "cache_warned", False)
+    yield tmp_path / "numba"
+    _launcher._SOURCES.pop("test_double", None)
+    _launcher._state["kernels"].clear()
+    _launcher._state["kernels"].update(saved)
+
+
+def _damage(folder: Path, pattern: str) -> list[Path]:
+    files = sorted(folder.rglob(pattern))
+    for f in files:
+        f.write_bytes(f.read_bytes()[: len(f.read_bytes()) // 2])
+    return files
+
+
+@pytest.mark.parametrize("part", ["*.nbi", "*.nbc"])
+def test_damaged_kernel_cache_is_compiled_again_with_one_warning(kernel_cache, part):
+    """A truncated numba cache file made every call of its kernel raise
+    (UnpicklingError from numba's loader) until someone found and deleted it."""
+    from ilargi_sklearn._backend import _launcher
+
+    x = np.arange(5.0)
+
+    def run():
+        out = np.zeros(5)
+        _launcher.call("test_double", x, out)
+        return out
+
+    np.testing.assert_array_equal(run(), 2 * x)  # compiled, and cached
+    assert _damage(kernel_cache, part)
+    _launcher._state["kernels"].pop("test_double")  # a new process, in effect
+    with pytest.warns(RuntimeWarning, match="'test_double' kernel.*compiled again"):
+        np.testing.assert_array_equal(run(), 2 * x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(run(), 2 * x)
+        # The cache was rewritten: the next process loads the kernel from it.
+        _launcher._state["kernels"].pop("test_double")
+        _launcher._state["cache_warned"] = False
+        np.testing.assert_array_equal(run(), 2 * x)
+    assert sum(_launcher._state["kernels"]["test_double"].stats.cache_hits.values())
+    assert _launcher.numba_available()
+
+
+@pytest.mark.slow
+def test_fit_survives_a_damaged_kernel_cache(kernel_cache):
+    """The fit that failed until the cache was deleted: logistic regression's
+    kernels, their cache files truncated, give the same model."""
+    from ilargi_sklearn import FactorizedLogisticRegression
+    from ilargi_sklearn._backend import _launcher
+    from ilargi_sklearn.datasets import make_multi_source
+
+    d = make_multi_source(n_rows=500, random_state=0)
+    y = (d.target > np.median(d.target)).astype(int)
+    want = FactorizedLogisticRegression().fit(d.dataset, y).coef_
+    assert _damage(kernel_cache, "*_chunk*.nbi")
+    _launcher._state["kernels"].clear()
+    with pytest.warns(RuntimeWarning, match="could not be read") as record:
+        got = FactorizedLogisticRegression().fit(d.dataset, y).coef_
+    assert len([w for w in record if "numba's cache" in str(w.message)]) == 1
+    np.testing.assert_array_equal(got, want)

@@ -44,7 +44,9 @@ Compilation: ``cache=True`` writes the machine code next to the kernel's module 
 to numba's user cache directory when that is read-only), so only the first call on
 a machine compiles (about a second per estimator). Before the first kernel
 compiles, one INFO line says so (:data:`COMPILE_NOTICE`); :func:`kernels_to_compile`
-tells beforehand which kernels are not in the cache.
+tells beforehand which kernels are not in the cache. A cache file that numba cannot
+read (truncated, overwritten) is emptied and its kernel compiled again, with one
+warning per process, instead of failing every call until someone deletes it.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ import logging
 import os
 import queue
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -341,13 +344,18 @@ def _dispatcher(name: str) -> Any:
         with _kernels_lock:
             fn = kernels.get(name)
             if fn is None:
-                # Contracting a * b + c into one FMA (as BLAS does), and NumPy's
-                # error model (no ZeroDivisionError test on every float
-                # division), which lets a loop that divides vectorize.
-                fn = kernels[name] = numba.njit(
-                    cache=True, nogil=True, fastmath={"contract"}, error_model="numpy"
-                )(_SOURCES[name])
+                fn = kernels[name] = _jit(numba, _SOURCES[name], cache=True)
     return fn
+
+
+def _jit(numba: Any, source: Callable[..., None], *, cache: bool) -> Any:
+    """A numba dispatcher of ``source`` with the kernels' options."""
+    # Contracting a * b + c into one FMA (as BLAS does), and NumPy's error model
+    # (no ZeroDivisionError test on every float division), which lets a loop that
+    # divides vectorize.
+    return numba.njit(
+        cache=cache, nogil=True, fastmath={"contract"}, error_model="numpy"
+    )(source)
 
 
 def _kernel(name: str) -> Any:
@@ -472,14 +480,69 @@ def disable(reason: str) -> CompiledUnavailable:
 def _run(name: str, body: Callable[[Any], None]) -> None:
     """``body(kernel)`` with kernel ``name``; a compilation failure (numba installed
     but unable to compile on this platform) disables the compiled kernels for the
-    process, with one warning, and raises :class:`CompiledUnavailable`."""
+    process, with one warning, and raises :class:`CompiledUnavailable`.
+
+    A damaged cache file of the kernel (truncated, overwritten: numba's loader
+    raises whatever its unpickling meets) is emptied and the kernel compiled
+    again (:func:`_recompile`), with one warning per process; nothing of the
+    kernel ran before a load fails, so ``body`` simply runs again."""
+    for attempt in range(2):
+        try:
+            body(_kernel(name))
+            return
+        except Exception as exc:
+            numba = _state["numba"]
+            if not numba:
+                raise
+            if isinstance(exc, numba.core.errors.NumbaError):
+                raise disable(
+                    f"numba could not compile the {name!r} kernel ({exc})"
+                ) from exc
+            if attempt or not _raised_by_cache(exc):
+                raise
+            _recompile(name, exc)
+
+
+def _raised_by_cache(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from numba's on-disk cache (loading machine code)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename.replace("\\", "/")
+        if path.endswith("numba/core/caching.py"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _recompile(name: str, exc: BaseException) -> None:
+    """Replace kernel ``name``, whose cache could not be read, by a new dispatcher.
+
+    The damaged index is overwritten by an empty one (numba's ``flush``), so the
+    new dispatcher compiles and saves the kernel afresh and later processes load
+    it again; where the cache cannot be written, the kernel is compiled in memory
+    only. One warning per process (later ones are logged at INFO).
+    """
+    numba = _state["numba"]
+    old = _state["kernels"].get(name)
+    cache = getattr(old, "_cache", None)
+    where = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
     try:
-        body(_kernel(name))
-    except Exception as exc:
-        numba = _state["numba"]
-        if not numba or not isinstance(exc, numba.core.errors.NumbaError):
-            raise
-        raise disable(f"numba could not compile the {name!r} kernel ({exc})") from exc
+        cache.flush()
+        writable = True
+    except Exception:  # noqa: BLE001 - read-only cache: compile in memory
+        writable = False
+    with _kernels_lock:
+        _state["kernels"][name] = _jit(numba, _SOURCES[name], cache=writable)
+    message = (
+        f"numba's cache of the compiled {name!r} kernel ({where or 'its cache folder'})"
+        f" could not be read ({type(exc).__name__}: {exc}): the kernel is compiled "
+        + ("again and its cache rewritten." if writable else "again, in memory.")
+    )
+    if _state.get("cache_warned"):
+        logger.info(message)
+        return
+    _state["cache_warned"] = True
+    warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
 def call(name: str, *args: Any) -> None:
