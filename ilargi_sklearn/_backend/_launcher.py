@@ -43,10 +43,12 @@ the pool.
 Compilation: ``cache=True`` writes the machine code next to the kernel's module (or
 to numba's user cache directory when that is read-only), so only the first call on
 a machine compiles (about a second per estimator). Before the first kernel
-compiles, one INFO line says so (:data:`COMPILE_NOTICE`); :func:`kernels_to_compile`
-tells beforehand which kernels are not in the cache. A cache file that numba cannot
-read (truncated, overwritten) is emptied and its kernel compiled again, with one
-warning per process, instead of failing every call until someone deletes it.
+compiles, one INFO line says so (:data:`COMPILE_NOTICE`; numba's compile events
+tell, so nothing is said when a kernel loads from the cache) and :func:`on_compile`
+callbacks run; :func:`kernels_to_compile` tells beforehand which kernels are not in
+the cache. A cache file that numba cannot read (truncated, overwritten) is emptied
+and its kernel compiled again, with one warning per process, instead of failing
+every call until someone deletes it.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ __all__ = [
     "launch",
     "n_threads",
     "numba_available",
+    "on_compile",
     "one_blas_thread",
     "register",
     "run_tasks",
@@ -117,8 +120,64 @@ def _import_numba() -> Any:
             )
             _state["numba"] = False
         else:
+            _listen_for_compiles(numba)
             _state["numba"] = numba
     return _state["numba"]
+
+
+#: Called with a kernel's name just before it compiles (:func:`on_compile`).
+_compile_callbacks: list[Callable[[str], None]] = []
+
+
+def _listen_for_compiles(numba: Any) -> None:
+    """Register, once, a listener of numba's compile events (fired only when
+    a dispatcher compiles, after its cache had no machine code to load)."""
+    try:
+        from numba.core import event
+    except ImportError:  # pragma: no cover - numba >= 0.60 has the event API
+        return
+
+    class _Listener(event.Listener):
+        def on_start(self, ev: Any) -> None:
+            data = ev.data if isinstance(ev.data, dict) else {}
+            func = getattr(data.get("dispatcher"), "py_func", None)
+            for name, source in list(_SOURCES.items()):
+                if source is func:
+                    _compiling(name, data["dispatcher"])
+                    return
+
+        def on_end(self, ev: Any) -> None:
+            pass
+
+    event.register("numba:compile", _Listener())
+
+
+def _compiling(name: str, dispatcher: Any) -> None:
+    """Kernel ``name`` is about to compile: the notice (once), the callbacks."""
+    if not _state["compile_notice"]:
+        _state["compile_notice"] = True
+        cache = getattr(dispatcher, "_cache", None)
+        logger.info(COMPILE_NOTICE, getattr(cache, "_cache_path", "its directory"))
+    for callback in list(_compile_callbacks):
+        callback(name)
+
+
+def on_compile(callback: Callable[[str], None]) -> Callable[[], None]:
+    """Call ``callback(name)`` just before a kernel compiles (not when numba
+    loads it from its cache), in the thread that compiles it.
+
+    Returns
+    -------
+    remove : callable
+        Takes the callback off again.
+    """
+    _compile_callbacks.append(callback)
+
+    def remove() -> None:
+        with contextlib.suppress(ValueError):
+            _compile_callbacks.remove(callback)
+
+    return remove
 
 
 def numba_available() -> bool:
@@ -359,13 +418,10 @@ def _jit(numba: Any, source: Callable[..., None], *, cache: bool) -> Any:
 
 
 def _kernel(name: str) -> Any:
-    """The jitted kernel ``name``, after the one-time compile notice if due."""
-    fn = _dispatcher(name)
-    if not _state["compile_notice"] and not fn.signatures and not _cached(fn):
-        _state["compile_notice"] = True
-        where = getattr(getattr(fn, "_cache", None), "_cache_path", "its directory")
-        logger.info(COMPILE_NOTICE, where)
-    return fn
+    """The jitted kernel ``name``. When a call compiles it (numba's cache holds
+    no machine code for its arguments), the one-time :data:`COMPILE_NOTICE` and
+    the :func:`on_compile` callbacks come first."""
+    return _dispatcher(name)
 
 
 #: The INFO message logged once per process, before the first kernel compiles.

@@ -211,6 +211,7 @@ def build_dataset(
             )
         if not keep.all():
             base = base[keep].reset_index(drop=True)
+        _check_target_type(spec, base[col], target)
     if n_rows is not None:
         base = base.iloc[: int(n_rows)].reset_index(drop=True)
     bt = spec.tables[spec.base]
@@ -287,6 +288,57 @@ def build_dataset(
     info["n_rows"] = int(ds.shape[0])
     info["n_base_rows"] = int(len(base))
     return ds, y, info
+
+
+def _check_target_type(spec: Any, s: Any, target: dict[str, Any]) -> None:
+    """A text target fails before any data is built when a regressor or a
+    threshold needs numbers: the error names the column and what to do."""
+    import pandas as pd
+
+    if pd.api.types.is_numeric_dtype(s.dtype) or pd.api.types.is_bool_dtype(s.dtype):
+        return
+    threshold = "threshold" in target
+    if not threshold and spec.task != "regression":
+        return
+    col = target["column"]
+    values = s.dropna()
+    example = values.iloc[0] if len(values) else None
+    table = f"[tables.{spec.base}]"
+    as_numbers = pd.to_numeric(values.astype("str").str.strip(), errors="coerce")
+    cast = f'cast = {{ {col} = "float" }} in {table}'
+    if len(values) and as_numbers.notna().all():
+        fix = f"the values are numbers stored as text: {cast} reads them as numbers."
+    elif len(values) and as_numbers.notna().mean() >= 0.5:
+        odd = values[as_numbers.isna()].unique()[:3].tolist()
+        fix = (
+            f"most values are numbers, but values such as {odd} are not: fix or "
+            f"remove them in the file, then {cast} reads the column as numbers."
+        )
+    else:
+        from ilargi_sklearn.cli._checks import classifier_names
+
+        fix = (
+            "for a text target, use a classifier: name = "
+            + " or ".join(f'"{n}"' for n in classifier_names())
+            + " in [estimator]"
+            + (
+                "; threshold turns a numeric column into a yes/no target."
+                if threshold
+                else " (threshold = NUMBER in [target] turns a numeric column into a "
+                "yes/no target)."
+            )
+        )
+    who = (
+        "threshold needs a numeric target"
+        if threshold
+        else f"{spec.estimator_class().__name__} is a regressor and needs numbers"
+    )
+    raise spec.error(
+        f"target column {col!r} of table {spec.base!r} holds text ({s.dtype}, e.g. "
+        f"{example!r}); {who}: {fix}",
+        "target",
+        "threshold" if threshold else "column",
+    )
 
 
 def _target_values(spec: Any, y: np.ndarray, target: dict[str, Any]) -> np.ndarray:
