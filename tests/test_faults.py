@@ -355,3 +355,142 @@ def test_fit_survives_a_damaged_kernel_cache(kernel_cache):
         got = FactorizedLogisticRegression().fit(d.dataset, y).coef_
     assert len([w for w in record if "numba's cache" in str(w.message)]) == 1
     np.testing.assert_array_equal(got, want)
+
+
+# ------------------------------------------------------------ clear_caches
+def _star(n=600, seed=0):
+    from ilargi_sklearn.multisource import MultiSourceDataset
+
+    rng = np.random.default_rng(seed)
+    S = rng.standard_normal((n, 3))
+    R = rng.standard_normal((40, 4))
+    fk = rng.integers(0, 40, n)
+    y = S @ [1.0, -2.0, 0.5] + R[fk] @ [0.3, 0.2, -1.0, 2.0] + rng.normal(0, 0.1, n)
+    return S, R, fk, y, MultiSourceDataset.from_matrices([S, R], [None, fk])
+
+
+def test_clear_caches_is_public_and_documented():
+    import ilargi_sklearn
+
+    assert "clear_caches" in ilargi_sklearn.__all__
+    api = (Path(__file__).resolve().parents[1] / "docs" / "api.rst").read_text()
+    assert "clear_caches" in api
+
+
+def test_clear_caches_after_an_in_place_change(compiled_enabled):
+    """The reported staleness: after an in-place change of a source, the
+    documented clear_statistics_cache() left a materialized fit on the old joined
+    matrix. clear_caches() makes every plan fit the new data."""
+    from ilargi_sklearn import AutoPlan, FactorizedRidge, clear_caches
+    from ilargi_sklearn.multisource import MultiSourceDataset, clear_statistics_cache
+
+    S, R, fk, y, ds = _star()
+    rows = np.arange(0, 600, 2)
+    fits = {
+        "materialized": lambda d: FactorizedRidge(strategy="materialized").fit(d, y),
+        "factorized": lambda d: FactorizedRidge(strategy="factorized").fit(d, y),
+        "fold": lambda d: FactorizedRidge().fit(d[rows], y[rows]),
+    }
+    before = {k: f(ds).coef_ for k, f in fits.items()}
+    R *= 3.0
+    S[:, 0] += 5.0
+    fresh = MultiSourceDataset.from_matrices([S, R], [None, fk])
+    want = {k: f(fresh).coef_ for k, f in fits.items()}
+    clear_statistics_cache()
+    stale = FactorizedRidge(strategy="materialized").fit(ds, y).coef_
+    np.testing.assert_allclose(stale, before["materialized"])  # the old join
+    clear_caches()
+    for k, f in fits.items():
+        np.testing.assert_allclose(f(ds).coef_, want[k], rtol=1e-10, err_msg=k)
+        assert not np.allclose(want[k], before[k])
+    # The planner's measurements go too: the next fit predicts again.
+    auto = AutoPlan(FactorizedRidge(), cost_model="analytical")
+    auto.fit(ds, y)
+    assert auto.fit(ds, y).choice_reason_.startswith("measured")
+    clear_caches()
+    assert auto.fit(ds, y).choice_reason_ == "predicted"
+
+
+def test_clear_caches_drops_layouts_that_copy_the_sources():
+    """Terms that share a row map are stacked into one copy in the compiled
+    kernels' layout, which the operator keeps: an in-place change of a source
+    left it stale until clear_caches()."""
+    from ilargi_sklearn import clear_caches
+    from ilargi_sklearn._backend import RowMap
+    from ilargi_sklearn.multisource._operators import (
+        FactorizedMatrix,
+        Term,
+        fused_layout,
+    )
+
+    rng = np.random.default_rng(0)
+    S0 = rng.standard_normal((50, 2))
+    R1, R2 = rng.standard_normal((10, 2)), rng.standard_normal((10, 3))
+    rows = RowMap(rng.integers(0, 10, 50), 10)
+    op = FactorizedMatrix(
+        [
+            Term(S0, RowMap(None, 50), np.arange(2), 0),
+            Term(R1, rows, np.arange(2, 4), 1),
+            Term(R2, rows, np.arange(4, 7), 2),
+        ],
+        50,
+        7,
+        np.float64,
+    )
+    (group,) = fused_layout(op).groups
+    np.testing.assert_array_equal(group.S, np.hstack([R1, R2]))
+    R2 *= 3.0
+    assert not np.array_equal(fused_layout(op).groups[0].S, np.hstack([R1, R2]))
+    clear_caches()
+    np.testing.assert_array_equal(fused_layout(op).groups[0].S, np.hstack([R1, R2]))
+
+
+def test_clear_caches_drops_device_copies():
+    xps = pytest.importorskip("array_api_strict")
+    from ilargi_sklearn import clear_caches
+
+    S, R, fk, y, ds = _star()
+    dev = xps.Device("device1")
+    v = np.arange(ds.shape[1], dtype=float)
+
+    def on_device():
+        out = ds.to_device(dev, namespace=xps) @ xps.asarray(v, device=dev)
+        return np.asarray(xps.asarray(out, device=xps.Device("CPU_DEVICE")))
+
+    moved = ds.to_device(dev, namespace=xps)
+    assert ds.to_device(dev, namespace=xps) is moved  # cached on the root
+    R *= 2.0
+    clear_caches()
+    # A new copy, of the sources as they are now (array_api_strict shares the
+    # host's memory, so the old copy cannot show staleness here; CuPy's would).
+    assert ds.to_device(dev, namespace=xps) is not moved
+    np.testing.assert_allclose(on_device(), ds @ v)
+
+
+# ------------------------------------------------------------ pickling
+def test_host_dataset_pickles_after_to_device():
+    """to_device hung the device copy (holding the device's namespace, a module)
+    on the root operator, and the host dataset no longer pickled."""
+    import pickle
+
+    xps = pytest.importorskip("array_api_strict")
+    from ilargi_sklearn import FactorizedStandardScaler
+
+    S, R, fk, y, ds = _star()
+    scaled = FactorizedStandardScaler().fit_transform(ds)
+    dev = xps.Device("device1")
+    for host in (ds, scaled):
+        moved = host.to_device(dev, namespace=xps)
+        for obj in (host, host[np.arange(10)]):
+            back = pickle.loads(pickle.dumps(obj))
+            np.testing.assert_array_equal(
+                np.asarray(back.materialize(format="dense")),
+                np.asarray(obj.materialize(format="dense")),
+            )
+            # The copy is a cache: made again after unpickling.
+            again = back.to_device(dev, namespace=xps)
+            assert again.device == moved.device
+        with pytest.raises(TypeError, match=r"to_device\('cpu'\)"):
+            pickle.dumps(moved)
+        back = pickle.loads(pickle.dumps(moved.to_device("cpu")))
+        assert back.shape == host.shape

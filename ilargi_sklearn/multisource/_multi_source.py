@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,6 +80,19 @@ class DatasetDescription:
         return "\n".join(lines)
 
     __repr__ = __str__
+
+
+#: Root operators that hold copies of their dataset on other devices (weakly).
+_DEVICE_COPY_HOLDERS: weakref.WeakSet = weakref.WeakSet()
+
+
+def drop_device_copies() -> None:
+    """Forget the cached device copies of every root dataset
+    (``ilargi_sklearn.clear_caches``): the next :meth:`~MultiSourceDataset.to_device`
+    copies the sources as they are then. Datasets already moved keep their data."""
+    for op in list(_DEVICE_COPY_HOLDERS):
+        op.__dict__.pop("_device_copies", None)
+    _DEVICE_COPY_HOLDERS.clear()
 
 
 class MultiSourceDataset:
@@ -545,6 +559,7 @@ class MultiSourceDataset:
         if copies is None:
             copies = {}
             root_op._device_copies = copies
+            _DEVICE_COPY_HOLDERS.add(root_op)
         root = copies.get(key)
         if root is None:
             root = self._like(root_op.to_namespace(xp, dev), root=True)

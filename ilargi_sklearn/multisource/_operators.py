@@ -28,6 +28,7 @@ cross tables of the gram and the bincount of a SciPy sparse right-hand side.
 
 from __future__ import annotations
 
+import types
 import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -189,6 +190,21 @@ class Operator(ABC):
     shape: tuple[int, int]
     dtype: np.dtype
     prefers_products: bool = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The copies of a root dataset on other devices
+        # (``MultiSourceDataset.to_device``) are a cache, made again on demand.
+        state = dict(self.__dict__)
+        state.pop("_device_copies", None)
+        if any(isinstance(v, types.ModuleType) for v in state.values()):
+            # A device operator holds its namespace (a module, which does not
+            # pickle) and device arrays: say so, instead of pickle's message.
+            raise TypeError(
+                f"a dataset on device {self.device!r} cannot be pickled (its "
+                f"{type(self).__name__} holds device arrays): move it to the host "
+                "first (ds.to_device('cpu'))."
+            )
+        return state
 
     @abstractmethod
     def matmul(self, X: np.ndarray) -> np.ndarray:
@@ -469,7 +485,7 @@ class FactorizedMatrix(Operator):
         # The fused-kernel layout is a cache (rebuilt on demand), not state; the
         # origins are weak references (not picklable): an unpickled slice is its
         # own root for the caches.
-        state = dict(self.__dict__)
+        state = super().__getstate__()
         state.pop("_fused_layout", None)
         state["_origins"] = None
         return state
@@ -1246,4 +1262,18 @@ def fused_layout(op: Operator) -> FusedLayout | None:
     if cached is False:
         cached = _factorized_layout(op)
         op.__dict__["_fused_layout"] = cached
+        _LAYOUT_HOLDERS.add(op)
     return cached
+
+
+#: The operators that hold a fused layout (weakly), for :func:`drop_fused_layouts`.
+_LAYOUT_HOLDERS: weakref.WeakSet = weakref.WeakSet()
+
+
+def drop_fused_layouts() -> None:
+    """Forget every cached :class:`FusedLayout` (``ilargi_sklearn.clear_caches``):
+    a layout may hold copies of the sources (stacked, made contiguous), which an
+    in-place change of a source would leave stale."""
+    for op in list(_LAYOUT_HOLDERS):
+        op.__dict__.pop("_fused_layout", None)
+    _LAYOUT_HOLDERS.clear()
