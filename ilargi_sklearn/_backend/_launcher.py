@@ -83,6 +83,7 @@ __all__ = [
     "numba_available",
     "on_compile",
     "one_blas_thread",
+    "preload",
     "register",
     "run_tasks",
 ]
@@ -106,23 +107,72 @@ _SOURCES: dict[str, Callable[..., None]] = {}
 U = np.uint64
 
 
+_import_lock = threading.Lock()
+
+
 def _import_numba() -> Any:
     """The numba module, or False when it cannot be imported (cached)."""
     if _state["numba"] is None:
-        try:
-            import numba
-        except Exception as exc:  # pragma: no cover - numba is in the test extra
-            # Not installed, or installed but broken (e.g. against another NumPy).
-            logger.info(
-                "numba cannot be imported (%s): NumPy kernels are used "
-                "(pip install numba for the compiled ones).",
-                exc,
-            )
-            _state["numba"] = False
-        else:
-            _listen_for_compiles(numba)
-            _state["numba"] = numba
+        with _import_lock:  # preload's thread and a fit's may both get here
+            if _state["numba"] is None:
+                _state["numba"] = _first_import()
     return _state["numba"]
+
+
+def _first_import() -> Any:
+    try:
+        import numba
+    except Exception as exc:  # pragma: no cover - numba is in the test extra
+        # Not installed, or installed but broken (e.g. against another NumPy).
+        logger.info(
+            "numba cannot be imported (%s): NumPy kernels are used "
+            "(pip install numba for the compiled ones).",
+            exc,
+        )
+        return False
+    _listen_for_compiles(numba)
+    return numba
+
+
+def preload() -> threading.Thread | None:
+    """Start numba on a background thread: its import and its compiler's
+    initialization, which the first kernel of a process pays otherwise (about
+    0.4 s; the kernels themselves then load in milliseconds each).
+
+    For a caller that will fit soon and has other work meanwhile that leaves the
+    interpreter free (the command line reads its tables). Nothing is compiled or
+    loaded here, and no result depends on it.
+
+    Returns
+    -------
+    threading.Thread or None
+        The started thread; None when the compiled kernels are off
+        (:data:`NO_NUMBA_ENV`, or numba missing or broken) or numba runs already.
+    """
+    if os.environ.get(NO_NUMBA_ENV, "").strip() not in ("", "0"):
+        return None
+    if _state["numba"] is False or _state.get("preloaded"):
+        return None
+    _state["preloaded"] = True
+
+    def start() -> None:
+        try:
+            numba = _import_numba()
+            if not numba:
+                return
+            from numba.core.compiler_lock import global_compiler_lock
+            from numba.core.registry import cpu_target
+
+            # Under numba's lock: a kernel called meanwhile initializes the same
+            # registries (numba does it at its first compile or cache load).
+            with global_compiler_lock:
+                cpu_target.target_context.refresh()
+        except Exception as exc:  # noqa: BLE001 - the first kernel call retries
+            logger.debug("preloading numba failed: %s: %s", type(exc).__name__, exc)
+
+    thread = threading.Thread(target=start, name="ilargi-numba-start", daemon=True)
+    thread.start()
+    return thread
 
 
 #: Called with a kernel's name just before it compiles (:func:`on_compile`).
@@ -132,6 +182,9 @@ _compile_callbacks: list[Callable[[str], None]] = []
 def _listen_for_compiles(numba: Any) -> None:
     """Register, once, a listener of numba's compile events (fired only when
     a dispatcher compiles, after its cache had no machine code to load)."""
+    if _state.get("listening"):
+        return
+    _state["listening"] = True
     try:
         from numba.core import event
     except ImportError:  # pragma: no cover - numba >= 0.60 has the event API
