@@ -83,7 +83,6 @@ __all__ = [
     "numba_available",
     "on_compile",
     "one_blas_thread",
-    "preload",
     "register",
     "run_tasks",
 ]
@@ -113,7 +112,7 @@ _import_lock = threading.Lock()
 def _import_numba() -> Any:
     """The numba module, or False when it cannot be imported (cached)."""
     if _state["numba"] is None:
-        with _import_lock:  # preload's thread and a fit's may both get here
+        with _import_lock:  # fits on several threads may get here at once
             if _state["numba"] is None:
                 _state["numba"] = _first_import()
     return _state["numba"]
@@ -132,47 +131,6 @@ def _first_import() -> Any:
         return False
     _listen_for_compiles(numba)
     return numba
-
-
-def preload() -> threading.Thread | None:
-    """Start numba on a background thread: its import and its compiler's
-    initialization, which the first kernel of a process pays otherwise (about
-    0.4 s; the kernels themselves then load in milliseconds each).
-
-    For a caller that will fit soon and has other work meanwhile that leaves the
-    interpreter free (the command line reads its tables). Nothing is compiled or
-    loaded here, and no result depends on it.
-
-    Returns
-    -------
-    threading.Thread or None
-        The started thread; None when the compiled kernels are off
-        (:data:`NO_NUMBA_ENV`, or numba missing or broken) or numba runs already.
-    """
-    if os.environ.get(NO_NUMBA_ENV, "").strip() not in ("", "0"):
-        return None
-    if _state["numba"] is False or _state.get("preloaded"):
-        return None
-    _state["preloaded"] = True
-
-    def start() -> None:
-        try:
-            numba = _import_numba()
-            if not numba:
-                return
-            from numba.core.compiler_lock import global_compiler_lock
-            from numba.core.registry import cpu_target
-
-            # Under numba's lock: a kernel called meanwhile initializes the same
-            # registries (numba does it at its first compile or cache load).
-            with global_compiler_lock:
-                cpu_target.target_context.refresh()
-        except Exception as exc:  # noqa: BLE001 - the first kernel call retries
-            logger.debug("preloading numba failed: %s: %s", type(exc).__name__, exc)
-
-    thread = threading.Thread(target=start, name="ilargi-numba-start", daemon=True)
-    thread.start()
-    return thread
 
 
 #: Called with a kernel's name just before it compiles (:func:`on_compile`).

@@ -43,18 +43,9 @@ from ilargi_sklearn.cli._toml import SpecError
 from ilargi_sklearn.multisource._builder import format_fraction
 
 
-def _start_numba() -> None:
-    """numba's start (about 0.4 s) on a background thread while the tables are
-    read, instead of at the first fit."""
-    from ilargi_sklearn._backend._launcher import preload
-
-    preload()
-
-
 def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     from ilargi_sklearn.cli._demo import run_demo
 
-    _start_numba()
     report = run_demo(
         console,
         n_rows=args.n_rows,
@@ -153,7 +144,6 @@ def cmd_fit(args: argparse.Namespace, console: Console) -> int:
     spec = load_spec(args.spec)
     plan = args.plan or spec.plan
     est = spec.make_estimator(plan)
-    _start_numba()
     ds, y, info = _build_noting(spec, console, n_rows=args.n_rows)
     task = spec.task
     if task == "unsupervised" and y is not None:
@@ -489,7 +479,6 @@ def cmd_predict(args: argparse.Namespace, console: Console) -> int:
     if tables:
         spec = spec.with_tables(tables)
     keep = args.keep.split(",") if args.keep else _key_columns(spec)
-    _start_numba()
     t0 = time.perf_counter()
     frames = _read_keeping(spec, console, keep, bool(args.keep))
     read_seconds = time.perf_counter() - t0
