@@ -381,11 +381,15 @@ def test_low_match_rates_warn_and_no_match_raises():
     report = ds.match_report_.loc["dim"]
     assert report["matched"] == 1 and report["fraction"] == 0.25
     assert len(report["hazards"]) == 2
-    # Silenced per join or globally; an explicit 0 allows no match at all.
-    for kw, j in (({}, replace(join, min_match=0.2)), ({"min_match": 0.2}, join)):
+    # The rate's warning is silenced per join or globally; an explicit 0 allows
+    # no match at all. Key mistakes that explain unmatched keys still warn.
+    plain = replace(join, table=dim.assign(k=["a", "x", "y", "e"]))
+    for kw, j in (({}, replace(plain, min_match=0.2)), ({"min_match": 0.2}, plain)):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             from_frames(base, ["x"], [j], **kw)
+    with pytest.warns(JoinMatchWarning, match=r"'b' against ' b'.*only a warning"):
+        from_frames(base, ["x"], [join], min_match=0.2)
     nothing = Join(dim.assign(k=["p", "q", "r", "s"]), on="k", features=["z"])
     with pytest.raises(ValueError, match="matched 0 of 4 rows"):
         from_frames(base, ["x"], [nothing])
