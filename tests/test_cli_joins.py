@@ -297,7 +297,7 @@ def test_fit_reports_and_explains_repeated_rows(star, tmp_path, capsys):
     code, out, err = run(
         ["fit", declared, "--out", tmp_path / "o2", "--cv", "0"], capsys
     )
-    assert code == 0 and "repeats rows: 1 keys" not in err
+    assert code == 0 and "repeats rows: 1 key" not in err
     strict = variant(
         spec, "indicator = true", 'indicator = true\nvalidate = "many_to_one"'
     )

@@ -61,7 +61,7 @@ def test_a_duplicated_lookup_key_warns_with_the_join_and_the_key():
     (w,) = record
     msg = str(w.message)
     n_dup = int((sales["store"] == "S03").sum())
-    assert "join 'stores'" in msg and "1 keys occur more than once" in msg
+    assert "join 'stores'" in msg and "1 key occurs more than once" in msg
     assert "'S03'" in msg and f"adds {n_dup:,} rows" in msg
     assert f"({len(sales):,} rows in, {len(sales) + n_dup:,} out)" in msg
     assert "validate='many_to_many'" in msg and "ds.align(y)" in msg

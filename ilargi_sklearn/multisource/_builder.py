@@ -34,6 +34,7 @@ from ilargi_sklearn.multisource._encoding import (
 )
 from ilargi_sklearn.multisource._keys import (
     hazard_rows,
+    hazards_possible,
     int_float_precision,
     key_codes,
     key_hazards,
@@ -617,11 +618,15 @@ def _check_validate(
         side = "left" if name == left_name else "right"
         raise pd.errors.MergeError(
             f"join {label!r}: validate={given!r} needs unique keys in table "
-            f"{name!r} (the {side} side), but {int(dup.sum()):,} key values occur "
-            f"more than once there, e.g. {examples}: deduplicate it (e.g. "
+            f"{name!r} (the {side} side), but {_keys_occur(int(dup.sum()))} more "
+            f"than once there, e.g. {examples}: deduplicate it (e.g. "
             f"frame.drop_duplicates(subset={cols_text!r})), or declare the "
             f"relationship it has (validate={other!r} or 'many_to_many')."
         )
+
+
+def _keys_occur(n: int) -> str:
+    return f"{n:,} key occurs" if n == 1 else f"{n:,} keys occur"
 
 
 def _warn_fan_out(
@@ -635,10 +640,10 @@ def _warn_fan_out(
     label = stats["join"]
     added = int(counts[repeated].sum()) - repeated.shape[0]
     warnings.warn(
-        f"join {label!r} ({stats['how']}, {stats['on']}) repeats rows: {n_keys:,} "
-        f"keys occur more than once in table {label!r} (e.g. "
-        f"{stats['repeated_keys']}), so {repeated.shape[0]:,} {left_name} rows match "
-        f"several of its rows and the join adds {added:,} rows "
+        f"join {label!r} ({stats['how']}, {stats['on']}) repeats rows: "
+        f"{_keys_occur(n_keys)} more than once in table {label!r} (e.g. "
+        f"{stats['repeated_keys']}), so {repeated.shape[0]:,} rows match several of "
+        f"its rows and the join adds {added:,} rows "
         f"({counts.shape[0]:,} rows in, {stats['rows_out']:,} out). If each "
         f"{left_name} row should take one row of it, deduplicate the table "
         "(validate='many_to_one' makes this an error); if the repeats are intended, "
@@ -690,12 +695,27 @@ def _match_stats(
         null = left_codes[left] < 0
         stats["null_keys"] = int(null.sum())
         left = left[~null]
-        stats["unmatched_keys"] = _key_examples(L, lk, left[:200])
+        # The examples and one row per unmatched key for the hazard checks
+        # (_check_match), taken from the key columns at once (a take from an
+        # Arrow column costs about a millisecond, however few rows).
+        head = left[:200]
+        sample = (
+            hazard_rows(left, left_codes)
+            if hazards_possible(L, lk, Rk, rk)
+            else left[:0]
+        )
+        picked = L[lk].iloc[np.concatenate([head, sample])]
+        stats["unmatched_keys"] = _key_examples(picked, lk, np.arange(head.shape[0]))
         if left.size:
-            # For the hazard checks (_check_match): one row per unmatched key.
-            sample = hazard_rows(left, left_codes)
-            stats["_hazard_args"] = (L, lk, Rk, rk, sample, (left_name, label))
-            stats["_row_number"] = j.row_number
+            stats["_hazard_args"] = (
+                picked.iloc[head.shape[0] :],
+                lk,
+                Rk,
+                rk,
+                np.arange(sample.shape[0]),
+                (left_name, label),
+            )
+            stats["_row_number"] = (j.row_number, L[lk[0]])
     return stats
 
 
@@ -729,14 +749,14 @@ def _check_match(
     checks look at a bounded sample of the unmatched keys, whatever the rate.
     """
     args = stats.pop("_hazard_args", None)
-    row_number = stats.pop("_row_number", None)
+    row_number, left_keys = stats.pop("_row_number", (None, None))
     if stats["rows"] == 0:
         return
     low = min_match > 0 and stats["fraction"] < min_match
     if low and expected is not None:
         low = not _plausible(stats["matched"], stats["rows"], expected)
     if args is not None:
-        L, lk, Rk, rk, _, (left_name, label) = args
+        _, lk, Rk, rk, _, (left_name, label) = args
         # A key column that never matches is a hazard only when most rows miss:
         # otherwise its unmatched values are just absent from the table.
         stats["hazards"] = key_hazards(*args, partial=not low)
@@ -744,7 +764,7 @@ def _check_match(
         # match: a key join that mostly matches has keys of its own.
         if len(lk) == 1 and (row_number is not None or low):
             stats["hazards"] += row_number_hints(
-                L[lk[0]], len(Rk), row_number, f"{left_name}.{lk[0]}", label
+                left_keys, len(Rk), row_number, f"{left_name}.{lk[0]}", label
             )
     if not low and not stats["hazards"]:
         return
