@@ -346,3 +346,17 @@ def test_bad_index_vectors_are_refused(ind, exc, pattern):
         MultiSourceDataset.from_matrices(
             [np.ones((3, 1)), np.ones((3, 1))], [None, ind]
         )
+
+
+@pytest.mark.parametrize("validate", ["one_to_one", "1:m", "x"])
+def test_dask_frames_refuse_what_they_cannot_check(validate):
+    dd = pytest.importorskip("dask.dataframe")
+    from ilargi_sklearn.distributed import dask_from_frames
+
+    facts = dd.from_pandas(pd.DataFrame({"k": [1, 2, 3], "x": 1.0}), npartitions=1)
+    dim = pd.DataFrame({"k": [1, 2], "z": [1.0, 2.0]})
+    pattern = "validate must be one of" if validate == "x" else "checks the fact"
+    with pytest.raises(ValueError, match=pattern):
+        dask_from_frames(
+            facts, ["x"], [Join(dim, on="k", features=["z"], validate=validate)]
+        )
