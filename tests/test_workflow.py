@@ -433,11 +433,12 @@ def test_row_number_joins():
         base, ["x"], [Join(dim, left_on="fk", row_number=1, features=["z"])]
     )
     np.testing.assert_array_equal(dense(ds)[:, 1], [30.0, 10.0, 30.0, 20.0])
-    ds0 = from_frames(
-        base,
-        ["x"],
-        [Join(dim, left_on="fk", row_number=0, features=["z"], min_match=0)],
-    )
+    with pytest.warns(JoinMatchWarning, match="from 1, not from 0.*row_number=1"):
+        ds0 = from_frames(
+            base,
+            ["x"],
+            [Join(dim, left_on="fk", row_number=0, features=["z"], min_match=0)],
+        )
     np.testing.assert_array_equal(dense(ds0)[:, 1], [0.0, 20.0, 0.0, 30.0])
     with pytest.raises(
         ValueError, match=r"row_number joins left_on .* \(no on or right_on\)"

@@ -629,6 +629,10 @@ def _keys_occur(n: int) -> str:
     return f"{n:,} key occurs" if n == 1 else f"{n:,} keys occur"
 
 
+def _rows(n: int) -> str:
+    return f"{n:,} row" if n == 1 else f"{n:,} rows"
+
+
 def _warn_fan_out(
     stats: dict[str, Any],
     left_name: str,
@@ -642,8 +646,8 @@ def _warn_fan_out(
     warnings.warn(
         f"join {label!r} ({stats['how']}, {stats['on']}) repeats rows: "
         f"{_keys_occur(n_keys)} more than once in table {label!r} (e.g. "
-        f"{stats['repeated_keys']}), so {repeated.shape[0]:,} rows match several of "
-        f"its rows and the join adds {added:,} rows "
+        f"{stats['repeated_keys']}), so {_rows(repeated.shape[0])} match several of "
+        f"its rows and the join adds {_rows(added)} "
         f"({counts.shape[0]:,} rows in, {stats['rows_out']:,} out). If each "
         f"{left_name} row should take one row of it, deduplicate the table "
         "(validate='many_to_one' makes this an error); if the repeats are intended, "
@@ -787,9 +791,14 @@ def _check_match(
     if stats["hazards"]:
         msg += " " + " ".join(h[:1].upper() + h[1:] for h in stats["hazards"])
     if not low:
+        lost = (
+            "Unmatched rows are dropped (inner join)"
+            if stats["how"] == "inner"
+            else "Unmatched rows take zeros for this table's features"
+        )
         warnings.warn(
-            msg + " Unmatched rows take zeros for this table's features: fix the "
-            "keys (the rate is above min_match, so this is only a warning).",
+            msg + f" {lost}: fix the keys (the rate is above min_match, so this is "
+            "only a warning).",
             JoinMatchWarning,
             stacklevel=5,
         )
@@ -864,7 +873,8 @@ def from_frames(
         A join whose matched fraction of rows is below this warns
         (:class:`JoinMatchWarning`, with unmatched keys and likely key mistakes);
         a join that matches no row raises a ``ValueError``. ``min_match=0`` allows
-        any rate. ``Join(min_match=...)`` overrides it per join.
+        any rate. ``Join(min_match=...)`` overrides it per join. At any rate, a
+        known key mistake that explains unmatched keys warns.
     target : str, optional
         A column of the base table to return in dataset order (see Returns).
     schema : DatasetSchema, optional
@@ -895,7 +905,8 @@ def from_frames(
     -----
     Many-to-one joins keep the base table's row order; inner joins drop unmatched
     rows in order; one-to-many joins repeat a target row once per match, matches in
-    the joined table's order; outer joins append the joined table's unmatched rows at
+    the joined table's order (with a :class:`JoinFanOutWarning` unless the join
+    declares ``validate="one_to_many"`` or ``"many_to_many"``); outer joins append the joined table's unmatched rows at
     the end (pandas sorts outer-join keys instead; compare as sets). Missing keys
     (NaN, None, NaT) match nothing, as in SQL, unless ``Join(nulls_equal=True)``
     (pandas.merge's rule); a target row that a ``via`` table did not match matches

@@ -710,7 +710,10 @@ class MultiSourceDataset:
         >>> base = pd.DataFrame({"k": [1, 2, 3], "y": [10.0, 20.0, 30.0]})
         >>> dim = pd.DataFrame({"k": [1, 3, 3], "z": [0.5, 1.5, 2.5]})
         >>> ds = MultiSourceDataset.from_frames(
-        ...     base, joins=[Join(dim, on="k", features=["z"], how="inner")]
+        ...     base,
+        ...     joins=[
+        ...         Join(dim, on="k", features=["z"], how="inner", validate="1:m")
+        ...     ],
         ... )
         >>> ds.base_rows_
         array([0, 2, 2])
