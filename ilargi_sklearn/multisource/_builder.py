@@ -496,6 +496,8 @@ def _join_all(
             stats = _match_stats(
                 label, j, left_name, lk, rk, L, Rk, left_rows, valid, hit, left_codes
             )
+            # Each key occurs once in the table: its key column is its distinct keys.
+            stats["_right_unique"] = len(rk) == 1
             if j.how == "inner":
                 if not hit.all():
                     idx = {k: v[hit] for k, v in idx.items()}
@@ -754,6 +756,7 @@ def _check_match(
     """
     args = stats.pop("_hazard_args", None)
     row_number, left_keys = stats.pop("_row_number", (None, None))
+    right_unique = stats.pop("_right_unique", False)
     if stats["rows"] == 0:
         return
     low = min_match > 0 and stats["fraction"] < min_match
@@ -763,7 +766,9 @@ def _check_match(
         _, lk, Rk, rk, _, (left_name, label) = args
         # A key column that never matches is a hazard only when most rows miss:
         # otherwise its unmatched values are just absent from the table.
-        stats["hazards"] = key_hazards(*args, partial=not low)
+        stats["hazards"] = key_hazards(
+            *args, partial=not low, right_unique=right_unique
+        )
         # Keys that span 1..len(table) hint at row numbers only when they barely
         # match: a key join that mostly matches has keys of its own.
         if len(lk) == 1 and (row_number is not None or low):

@@ -259,6 +259,7 @@ def key_hazards(
     unmatched_left: np.ndarray,
     names: tuple[str, str],
     partial: bool = False,
+    right_unique: bool = False,
 ) -> list[str]:
     """Likely reasons why the left rows ``unmatched_left`` found no partner.
 
@@ -276,6 +277,9 @@ def key_hazards(
         Whether most rows matched: then a column of a composite key whose
         unmatched values are absent from ``R`` is not a hazard (those keys are
         just not in the table).
+    right_unique : bool, default=False
+        Whether ``R``'s (single) key column holds each key once: then it is its
+        own distinct values, without a hash of it.
 
     Returns
     -------
@@ -291,7 +295,8 @@ def key_hazards(
         if not never and not (_text_or_float(L[a]) or _text_or_float(R[b])):
             continue  # integers, booleans or datetimes on both sides: no hazard
         lv = _distinct(L[a].iloc[rows])[:_HAZARD_SAMPLE]
-        rv = _distinct(R[b] if step == 1 else R[b].iloc[::step])
+        right = R[b] if step == 1 else R[b].iloc[::step]
+        rv = right.dropna().array if right_unique else _distinct(right)
         if len(lv) == 0 or len(rv) == 0:
             continue
         where = f"{left_name}.{a}", f"{right_name}.{b}"
