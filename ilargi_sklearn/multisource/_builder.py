@@ -710,7 +710,8 @@ def _match_stats(
             if hazards_possible(L, lk, Rk, rk)
             else left[:0]
         )
-        picked = L[lk].iloc[np.concatenate([head, sample])]
+        # Positions on both axes: L[lk] would copy whole key columns first.
+        picked = L.iloc[np.concatenate([head, sample]), L.columns.get_indexer(lk)]
         stats["unmatched_keys"] = _key_examples(picked, lk, np.arange(head.shape[0]))
         if left.size:
             stats["_hazard_args"] = (
