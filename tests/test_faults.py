@@ -494,3 +494,31 @@ def test_host_dataset_pickles_after_to_device():
             pickle.dumps(moved)
         back = pickle.loads(pickle.dumps(moved.to_device("cpu")))
         assert back.shape == host.shape
+
+
+@needs_model
+def test_a_failed_model_file_is_read_once_per_version(tmp_path, monkeypatch):
+    """Every AutoPlan fit asks for the model: a damaged file is checked once, and
+    read again only when it or its checksum file changes."""
+    pytest.importorskip("catboost")
+    from ilargi_sklearn.planner import _cost_model
+
+    good = shipped_model_path().read_bytes()
+    path = tmp_path / "m.cbm"
+    path.write_bytes(good)
+    side = checksum_path(path)
+    side.write_text("0" * 64 + "  m.cbm\n")
+    reads = []
+    real = _cost_model._verified_bytes
+    monkeypatch.setattr(
+        _cost_model, "_verified_bytes", lambda p: reads.append(p) or real(p)
+    )
+    with pytest.warns(UserWarning, match="does not match"):
+        assert not load_cost_model(str(path)).is_learned
+    assert not load_cost_model(str(path)).is_learned
+    assert len(reads) == 1
+    # A new checksum file (written after the model, as save_cost_model does).
+    side.write_text(checksum_path(shipped_model_path()).read_text())
+    os.utime(side, ns=(side.stat().st_atime_ns, side.stat().st_mtime_ns + 10**9))
+    assert load_cost_model(str(path)).is_learned
+    assert len(reads) == 2

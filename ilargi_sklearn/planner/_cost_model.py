@@ -73,6 +73,9 @@ _CHECKSUM_SUFFIX = ".sha256"
 
 _lock = threading.Lock()
 _loaded: dict[tuple[str, int, int], CostModel] = {}
+# Versions of a model file and its checksum file that failed to load (checked,
+# warned about): not read again.
+_failed: set[tuple[str, int, int, int | None]] = set()
 _warned: set[str] = set()
 
 
@@ -336,8 +339,14 @@ def _load_file(path: Path, fallback: str, shipped: bool = False) -> CostModel | 
         )
         return None
     cache_key = (key, st.st_mtime_ns, st.st_size)
+    try:
+        failed_key = cache_key + (checksum_path(path).stat().st_mtime_ns,)
+    except OSError:
+        failed_key = cache_key + (None,)
     with _lock:
         model = _loaded.get(cache_key)
+        if failed_key in _failed:
+            return None
     if model is not None:
         return model
     try:
@@ -352,6 +361,8 @@ def _load_file(path: Path, fallback: str, shipped: bool = False) -> CostModel | 
     try:
         data = _verified_bytes(path)
     except (_ModelFileError, OSError) as exc:
+        with _lock:
+            _failed.add(failed_key)
         _warn_once(
             key, f"cost model file {str(path)!r} is not used: {exc}; {fallback}. {fix}"
         )
@@ -372,6 +383,8 @@ def _load_file(path: Path, fallback: str, shipped: bool = False) -> CostModel | 
         until = meta.get("ilargi_records_until")
         records_until = None if until is None else float(until)
     except Exception as exc:  # noqa: BLE001 - any unreadable file falls back
+        with _lock:
+            _failed.add(failed_key)
         _warn_once(
             key,
             f"cost model file {str(path)!r} could not be loaded ({type(exc).__name__}: "
