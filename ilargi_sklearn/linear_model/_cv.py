@@ -43,7 +43,12 @@ from ilargi_sklearn.linear_model._linear import (
 )
 from ilargi_sklearn.linear_model._ridge import FactorizedRidge, _fit_ridge
 from ilargi_sklearn.multisource._interactions import rowwise_quadratic
-from ilargi_sklearn.utils._stats import FoldStatistics, centered_gram, host64
+from ilargi_sklearn.utils._stats import (
+    FoldStatistics,
+    centered_gram,
+    centered_products,
+    host64,
+)
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     STRATEGIES,
@@ -140,19 +145,27 @@ def _ridge_loo(op, Y, sample_weight, fit_intercept, stats, alphas):
     Dinv = 1.0 / (np.maximum(eigvals, 0.0)[None, :] + alphas[:, None])  # (k, d)
     VT_rhs = V.T @ rhs
     coef = np.einsum("ij,kj,jt->kit", V, Dinv, VT_rhs)
-    mu = stats.mu
-    intercept = stats.y_mean[None, :] - np.einsum("i,kit->kt", mu, coef)
+    intercept = stats.y_mean[None, :] - np.einsum("i,kit->kt", stats.mu, coef)
+    # Rows and targets through the shifted design and target (utils._stats): with
+    # T - 1 mu^T = W - 1 m^T and Y = Y~ + c_y, the hat diagonal, the fitted values
+    # and the residuals are formed of small values (a column or a target whose
+    # mean is large against its spread keeps its digits).
+    W, m = centered_products(op, stats)
+    c_y = stats.y_shift
+    Yt = Y - asarray_on(c_y, xp, device)[None, :] if np.any(c_y) else Y
+    y_center = (stats.y_mean - c_y) if fit_intercept else -c_y
     if alphas.size <= _MAX_QUADRATIC_ALPHAS:
-        h, fitted = _hat_by_quadratic_forms(op, V, Dinv, mu, coef)
-        fitted = fitted + asarray_on(intercept, xp, device)[None, :, :]
+        h, fitted = _hat_by_quadratic_forms(W, V, Dinv, m, coef)
+        offset = y_center[None, :] - np.einsum("i,kit->kt", m, coef)
+        fitted = fitted + asarray_on(offset, xp, device)[None, :, :]
     else:
-        h, fitted = _hat_by_rotated_rows(op, V, Dinv, mu, VT_rhs)
-        fitted = fitted + asarray_on(stats.y_mean, xp, device)[None, None, :]
+        h, fitted = _hat_by_rotated_rows(W, V, Dinv, m, VT_rhs)
+        fitted = fitted + asarray_on(y_center, xp, device)[None, None, :]
     s = None if sample_weight is None else sample_weight[:, None]
     lev = h if s is None else s * h
     if fit_intercept:
         lev = lev + (1.0 if s is None else s) / stats.sw_sum
-    looe = (Y[:, None, :] - fitted) / (1.0 - lev)[:, :, None]
+    looe = (Yt[:, None, :] - fitted) / (1.0 - lev)[:, :, None]
     if s is not None:
         looe = looe * xp.sqrt(s)[:, :, None]
     return host64(looe), coef, intercept

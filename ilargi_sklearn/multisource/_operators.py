@@ -67,6 +67,7 @@ from ilargi_sklearn._backend._ops import (
     row_blocks,
     row_nnz,
     row_sums,
+    select_columns,
     select_rows,
     square,
     to_dense,
@@ -84,8 +85,11 @@ __all__ = [
     "FusedLayout",
     "MatrixOperator",
     "Operator",
+    "ShiftedMatrix",
     "Term",
     "fused_layout",
+    "sample_dense_columns",
+    "shift_columns",
 ]
 
 Format = Literal["auto", "dense", "sparse"]
@@ -1074,6 +1078,261 @@ class AffineOperator(Operator):
 
     def astype(self, dtype: Any) -> AffineOperator:
         return AffineOperator(self.base.astype(dtype), self.scale, self.offset)
+
+
+# ------------------------------------------------------- columns shifted by a pilot
+def _as_factorized(op: Operator) -> FactorizedMatrix:
+    """``op`` (a factorized matrix, or a dense matrix as one identity term)."""
+    if isinstance(op, FactorizedMatrix):
+        return op
+    if not isinstance(op, MatrixOperator) or op.is_sparse:
+        raise TypeError(
+            "columns can be shifted in a FactorizedMatrix or a dense MatrixOperator, "
+            f"got {type(op).__name__}."
+        )
+    n, d = op.shape
+    rows = RowMap(None, n).to_namespace(op.xp, op.device)
+    return FactorizedMatrix([Term(op.A, rows, np.arange(d), 0)], n, d, op.dtype)
+
+
+def sample_dense_columns(op: Operator, rows: np.ndarray) -> tuple[np.ndarray, Any]:
+    """The values of ``op``'s dense columns on the target rows ``rows``.
+
+    Reads only the sampled rows of each dense source (a gather of ``len(rows)``
+    rows per term), never the whole matrix: the pilots of :func:`shift_columns`
+    are chosen from them.
+
+    Parameters
+    ----------
+    op : FactorizedMatrix or MatrixOperator
+    rows : ndarray of int of shape (m,)
+        Host positions of target rows.
+
+    Returns
+    -------
+    values : ndarray of shape (m, n_cols), float64, on the host
+        ``T[rows]`` on the dense columns (zeros where a left join did not match),
+        zeros on the others.
+    dense : ndarray of bool of shape (n_cols,)
+        The columns that no sparse source places: the ones that can be shifted
+        without densifying a source.
+    """
+    m, d = int(rows.shape[0]), op.n_cols
+    values = np.zeros((m, d))
+    dense = np.zeros(d, dtype=bool)
+    if isinstance(op, MatrixOperator):
+        if not op.is_sparse:
+            values[...] = to_numpy(select_rows(op.A, as_index(rows, op._xp, op.device)))
+            dense[:] = True
+        return values, dense
+    if not isinstance(op, FactorizedMatrix):
+        return values, dense
+    sparse = np.zeros(d, dtype=bool)
+    for t in op.terms:
+        if t.is_sparse:
+            sparse[t.cols] = True
+            continue
+        dense[t.cols] = True
+        # Every cell has one owner: adding places each owner's rows.
+        values[:, t.cols] += to_numpy(t.rows.take(rows).gather(t.S))
+    return values, dense & ~sparse
+
+
+def _unmatched_rows(maps: list[RowMap], n_rows: int) -> RowMap | None:
+    """A row map onto one source row for the target rows that none of ``maps``
+    matches (None when every row is matched by one of them)."""
+    if any(rm.is_identity or not rm.has_missing for rm in maps):
+        return None
+    xp = maps[0].xp
+    unmatched = None
+    for rm in maps:
+        u = rm.idx < 0
+        unmatched = u if unmatched is None else xp.logical_and(unmatched, u)
+    if not bool(xp.any(unmatched)):
+        return None
+    if maps[0]._xp is None:
+        return RowMap(np.where(unmatched, 0, -1), 1)
+    dev = maps[0].device
+    idx = xp.where(
+        unmatched,
+        xp.zeros(n_rows, dtype=xp.int32, device=dev),
+        xp.full(n_rows, -1, dtype=xp.int32, device=dev),
+    )
+    return RowMap._device_copy(idx, 1, n_rows, xp, dev, True)
+
+
+def shift_columns(op: Operator, cols: np.ndarray, values: np.ndarray) -> ShiftedMatrix:
+    """``T - 1 c^T`` with ``c = values`` on columns ``cols`` (zero elsewhere), as an
+    operator whose stored values are the shifted ones.
+
+    The raw sums of a column whose mean is large against its spread cancel when
+    they are centered (``sum x^2 - n mean^2`` keeps ``eps (mean / spread)^2`` of
+    its relative accuracy); the sums of the shifted column do not. Per term ``I S
+    M^T`` that places a shifted column, the shifted values ``S[:, j] - c_j`` are a
+    new term on the same row map (a copy of those columns only; the source itself
+    is not copied: its shifted columns move to extra target columns that
+    :class:`ShiftedMatrix` never shows). Where a left join leaves a shifted column
+    unmatched, ``T`` is 0 and ``T - c`` is ``-c``: one more term, a one-row source
+    ``-c`` on the unmatched rows (per set of owning terms). The extra terms are
+    parameter-sized or copies of the shifted columns: sparse sources are never
+    shifted (their columns are not in ``cols``).
+
+    Parameters
+    ----------
+    op : FactorizedMatrix or MatrixOperator (dense)
+    cols : ndarray of int of shape (k,)
+        Target columns to shift (placed only by dense terms).
+    values : ndarray of shape (k,)
+        Their pilot values, exactly representable in ``op``'s dtype (a value of the
+        column, so that the shifted values are exact differences).
+
+    Returns
+    -------
+    ShiftedMatrix of shape op.shape
+    """
+    fm = _as_factorized(op)
+    n, d = fm.shape
+    cols = np.asarray(cols, dtype=np.int64)
+    pilot = np.zeros(d)
+    pilot[cols] = values
+    shifted = np.zeros(d, dtype=bool)
+    shifted[cols] = True
+    owners: dict[int, list[int]] = {}
+    terms: list[Term] = []
+    extra = d
+    for i, t in enumerate(fm.terms):
+        pos = np.flatnonzero(shifted[t.cols])
+        if pos.size == 0:
+            terms.append(t)
+            continue
+        if t.is_sparse:
+            raise ValueError(
+                f"columns {t.cols[pos].tolist()} are placed by a sparse source: "
+                "they cannot be shifted without densifying it."
+            )
+        for j in t.cols[pos]:
+            owners.setdefault(int(j), []).append(i)
+        moved = np.array(t.cols, dtype=np.int64)
+        moved[pos] = np.arange(extra, extra + pos.size)
+        extra += pos.size
+        terms.append(Term(t.S, t.rows, moved, t.source))
+        c = asarray_on(pilot[t.cols[pos]], fm._xp, fm.device, fm.dtype)
+        terms.append(Term(select_columns(t.S, pos) - c, t.rows, t.cols[pos], t.source))
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for j, who in owners.items():
+        groups.setdefault(tuple(who), []).append(j)
+    for who, js in groups.items():
+        rows = _unmatched_rows([fm.terms[i].rows for i in who], n)
+        if rows is None:
+            continue
+        J = np.array(sorted(js), dtype=np.int64)
+        S = asarray_on(-pilot[J][None, :], fm._xp, fm.device, fm.dtype)
+        terms.append(Term(S, rows, J, fm.terms[who[0]].source))
+    return ShiftedMatrix(FactorizedMatrix(terms, n, extra, fm.dtype), d)
+
+
+class ShiftedMatrix(Operator):
+    """The first ``n_cols`` columns of a factorized matrix: ``T - 1 c^T`` as
+    :func:`shift_columns` builds it.
+
+    Its extra columns hold the unshifted values of the shifted columns (kept in
+    place in their sources rather than copied); products pad with zeros for them
+    and results leave them out. Every other method is the inner matrix's.
+
+    Parameters
+    ----------
+    inner : FactorizedMatrix of shape (n_rows, n_inner)
+    n_cols : int
+        Columns shown (the first ``n_cols`` of ``inner``).
+    """
+
+    def __init__(self, inner: FactorizedMatrix, n_cols: int) -> None:
+        self.inner = inner
+        self.shape = (inner.n_rows, int(n_cols))
+        self.dtype = inner.dtype
+
+    @property
+    def xp(self) -> Any:
+        return self.inner.xp
+
+    @property
+    def device(self) -> Any:
+        return self.inner.device
+
+    @property
+    def is_sparse(self) -> bool:
+        return self.inner.is_sparse
+
+    @property
+    def nbytes(self) -> int:
+        return self.inner.nbytes
+
+    def hold(self, A: Any) -> Any:
+        return self.inner.hold(A)
+
+    def _pad(self, X: Any) -> Any:
+        """``X`` (n_cols rows) with zero rows for the hidden columns."""
+        n_extra = self.inner.n_cols - self.n_cols
+        if n_extra == 0:
+            return X
+        X = as_array(X)
+        dtype = numpy_dtype(X.dtype)
+        pad = zeros(
+            (n_extra,) + tuple(X.shape[1:]),
+            dtype,
+            xp=self.inner._xp,
+            device=self.device,
+        )
+        if isinstance(X, np.ndarray):
+            return np.concatenate([X, pad])
+        return get_namespace(X).concat([X, pad], axis=0)
+
+    def _head(self, A: Any) -> Any:
+        return A[: self.n_cols, ...]
+
+    def to_namespace(self, xp: Any, device: Any = None) -> ShiftedMatrix:
+        inner = self.inner.to_namespace(xp, device)
+        return self if inner is self.inner else ShiftedMatrix(inner, self.n_cols)
+
+    def matmul(self, X: Any, out: Any = None) -> Any:
+        return self.inner.matmul(self._pad(X), out=out)
+
+    def rmatmul(self, Y: Any) -> Any:
+        return self._head(self.inner.rmatmul(Y))
+
+    def gram(self, weights: Any = None, format: Format = "auto") -> Any:
+        G = self.inner.gram(weights, format)
+        d = self.n_cols
+        if _any_sparse(G):
+            return as_csr(G[:d, :][:, :d])
+        return G[:d, :d]
+
+    def col_sums(self, weights: Any = None) -> Any:
+        return self._head(self.inner.col_sums(weights))
+
+    def col_sq_sums(self, weights: Any = None) -> Any:
+        return self._head(self.inner.col_sq_sums(weights))
+
+    def row_sq_norms(self, col_weights: Any = None) -> Any:
+        if col_weights is None:
+            xdt = namespace_dtype(self.xp, self.dtype)
+            col_weights = self.xp.ones(self.n_cols, dtype=xdt, device=self.device)
+        return self.inner.row_sq_norms(self._pad(col_weights))
+
+    def take_rows(self, rows: Any) -> ShiftedMatrix:
+        return ShiftedMatrix(self.inner.take_rows(rows), self.n_cols)
+
+    def materialize(self, format: Format = "auto") -> Any:
+        A = self.inner.materialize(format)
+        if _any_sparse(A):
+            return as_csr(A[:, : self.n_cols])
+        return A[:, : self.n_cols]
+
+    def materialized(self) -> MatrixOperator:
+        return MatrixOperator(self.materialize())
+
+    def astype(self, dtype: Any) -> ShiftedMatrix:
+        return ShiftedMatrix(self.inner.astype(dtype), self.n_cols)
 
 
 # ---------------------------------------------------------- layout for fused kernels
