@@ -479,6 +479,7 @@ class FactorizedRidgeCV(
             sample_weight,
             target=_regression_target,
             strategy=self.strategy,
+            non_negative_weights=True,
         )
         _check_device_support(op, type(self).__name__)
         if self.cv is None:
@@ -787,6 +788,7 @@ class _FactorizedLinearModelCV(
             sample_weight,
             target=_single_target,
             strategy=self.strategy,
+            non_negative_weights=True,
         )
         _check_device_support(op, name)
         l1_ratios = self._l1_ratios()

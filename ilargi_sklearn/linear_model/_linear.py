@@ -876,6 +876,7 @@ class FactorizedLinearRegression(
             sample_weight,
             target=_regression_target,
             strategy=self.strategy,
+            non_negative_weights=True,
         )
         n_features = op.n_cols
         if self.solver == "normal" and use_cuml(op, self.strategy):

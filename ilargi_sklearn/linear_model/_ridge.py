@@ -519,6 +519,7 @@ class FactorizedRidge(
             sample_weight,
             target=_regression_target,
             strategy=self.strategy,
+            non_negative_weights=True,
         )
         self._fit_targets(op, Y, sample_weight, y_ndim)
         return self
@@ -687,6 +688,7 @@ class FactorizedRidgeClassifier(_RidgeFit, DeviceMixin, ClassifierMixin, BaseEst
             sample_weight,
             target=_class_codes_target,
             strategy=self.strategy,
+            non_negative_weights=True,
         )
         if self.class_weight:
             reweighting = compute_sample_weight(self.class_weight, y)

@@ -212,6 +212,7 @@ def column_variances(op: Any, sample_weight: Any = None) -> tuple[np.ndarray, An
         w_sum = float(op.xp.sum(sample_weight))
     mean_w = host64(W.col_sums(sample_weight)) / w_sum
     sq = host64(W.col_sq_sums(sample_weight)) / w_sum
+    _check_overflow(op, "sum of squares", mean_w, sq)
     var = np.maximum(sq - mean_w * mean_w, 0.0)
     return k + mean_w, var
 
@@ -417,7 +418,23 @@ def _x_sums(
     col_sums = col_sums or W is not op or bool(np.any(k))
     cs = host64(W.col_sums(sample_weight)) if col_sums else None
     G = host64(W.gram(sample_weight, format="dense")) if gram else None
+    _check_overflow(op, "gram", G, cs)
     return _XSums(sw_sum, cs, G, design.shift, k)
+
+
+def _check_overflow(op: Any, what: str, *sums: Any) -> None:
+    """Refuse sums that overflowed to inf or NaN (the data are finite: validated
+    when the dataset or array was made), naming the dtype that overflowed."""
+    if all(a is None or np.all(np.isfinite(a)) for a in sums):
+        return
+    dtype = np.dtype(op.dtype)
+    raise ValueError(
+        f"The {what} of X overflowed to non-finite values: the data contain values "
+        f"too large to square and sum in {dtype.name} (largest finite "
+        f"{float(np.finfo(dtype).max):.3g}). Rescale them (e.g. with "
+        "FactorizedStandardScaler)"
+        + (", or use float64 data." if dtype != np.float64 else ".")
+    )
 
 
 def _y_sums(op: Any, sample_weight: Any, Y: Any, design: _Design, y_shift=None):
@@ -432,9 +449,9 @@ def _y_sums(op: Any, sample_weight: Any, Y: Any, design: _Design, y_shift=None):
     SY = Y if sample_weight is None else Y * sample_weight[:, None]
     xdt = namespace_dtype(xp, op.dtype)
     TtSY = host64(W.rmatmul(xp.astype(SY, xdt, copy=False)))
-    return _YSums(
-        TtSY, host64(sum_axis0(SY, xp)), host64(sum_axis0(SY * Y, xp)), y_shift
-    )
+    sy, syy = host64(sum_axis0(SY, xp)), host64(sum_axis0(SY * Y, xp))
+    _check_overflow(op, "product X^T y", TtSY, sy, syy)
+    return _YSums(TtSY, sy, syy, y_shift)
 
 
 def _centered(
