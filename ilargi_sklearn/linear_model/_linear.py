@@ -244,29 +244,13 @@ def lost_columns(G, D, dtype):
     """Boolean mask of the columns whose centered variance is below the rounding
     noise of the raw gram (``_GRAM_NOISE`` eps ``D_j``): constant up to rounding.
 
-    Such a column gets a zero coefficient, as ``lstsq`` gives a constant one. A
-    column dropped although its variance is clearly above its own cancellation
-    (``_LOST_VARIANCE`` eps ``D_j``) was not constant: its variance was lost to
-    the rounding of sums it could not be shifted out of (a sparse source with
-    large values), and a warning names it.
+    Such a column gets a zero coefficient, as ``lstsq`` gives a constant one.
+    With the pilot shift (``utils._stats``) only constant columns are, and the
+    columns of sparse sources with a mean far larger than their spread, which a
+    warning names when the statistics are formed
+    (:func:`~ilargi_sklearn.utils._stats.choose_shift`).
     """
-    eps = float(np.finfo(dtype).eps)
-    var = np.diag(G)
-    noise = var <= _GRAM_NOISE * eps * D
-    lost = noise & (var > _LOST_VARIANCE * eps * D)
-    if lost.any():
-        cols = np.flatnonzero(lost)
-        ratio = np.sqrt(D[cols] / np.maximum(var[cols], np.finfo(float).tiny))
-        warnings.warn(
-            f"Feature(s) {cols[:10].tolist()} (by position) have a mean of about "
-            f"{float(ratio.min()):.3g} times their spread or more, beyond what the "
-            "gram can resolve (they are placed by a sparse source, which is never "
-            "shifted): they are treated as constant and get no weight. Subtract a "
-            "constant from them or store their source dense.",
-            UserWarning,
-            stacklevel=4,
-        )
-    return noise
+    return np.diag(G) <= _GRAM_NOISE * float(np.finfo(dtype).eps) * D
 
 
 def _gram_solver(stats, alphas, dtype, cond):
@@ -399,7 +383,7 @@ def _solve_normal_equations(
     W, m = centered_products(op, stats)
     c_y = stats.y_shift
     Yt = Y - asarray_on(c_y, xp, op.device)[None, :] if np.any(c_y) else Y
-    y_center = (y_mean - c_y) if fit_intercept else -c_y
+    y_center = stats.y_center
     tiny = 10 * float(np.finfo(dtype).eps)
     previous = np.inf
     for _ in range(max_refine):

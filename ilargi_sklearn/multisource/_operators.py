@@ -88,7 +88,7 @@ __all__ = [
     "ShiftedMatrix",
     "Term",
     "fused_layout",
-    "sample_dense_columns",
+    "sample_columns",
     "shift_columns",
 ]
 
@@ -1095,12 +1095,14 @@ def _as_factorized(op: Operator) -> FactorizedMatrix:
     return FactorizedMatrix([Term(op.A, rows, np.arange(d), 0)], n, d, op.dtype)
 
 
-def sample_dense_columns(op: Operator, rows: np.ndarray) -> tuple[np.ndarray, Any]:
-    """The values of ``op``'s dense columns on the target rows ``rows``.
+def sample_columns(
+    op: Operator, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The values of ``op``'s columns on the target rows ``rows``.
 
-    Reads only the sampled rows of each dense source (a gather of ``len(rows)``
-    rows per term), never the whole matrix: the pilots of :func:`shift_columns`
-    are chosen from them.
+    Reads only the sampled rows of each source (a gather of ``len(rows)`` rows per
+    term), never the whole matrix: the pilots of :func:`shift_columns` are chosen
+    from them.
 
     Parameters
     ----------
@@ -1116,26 +1118,56 @@ def sample_dense_columns(op: Operator, rows: np.ndarray) -> tuple[np.ndarray, An
     dense : ndarray of bool of shape (n_cols,)
         The columns that no sparse source places: the ones that can be shifted
         without densifying a source.
+    moments : ndarray of shape (2, n_cols)
+        Mean and variance of the sampled values of the other columns (sparse
+        sources stay sparse: no dense sample of a wide one-hot source), zeros on
+        the dense ones.
     """
     m, d = int(rows.shape[0]), op.n_cols
     values = np.zeros((m, d))
     dense = np.zeros(d, dtype=bool)
+    moments = np.zeros((2, d))
     if isinstance(op, MatrixOperator):
-        if not op.is_sparse:
-            values[...] = to_numpy(select_rows(op.A, as_index(rows, op._xp, op.device)))
+        sample = select_rows(op.A, as_index(rows, op._xp, op.device))
+        if op.is_sparse:
+            moments[:] = _sparse_moments(sample, m)
+        else:
+            values[...] = to_numpy(sample)
             dense[:] = True
-        return values, dense
+        return values, dense, moments
     if not isinstance(op, FactorizedMatrix):
-        return values, dense
+        return values, dense, moments
     sparse = np.zeros(d, dtype=bool)
     for t in op.terms:
+        sample = t.rows.take(rows).gather(t.S)
         if t.is_sparse:
             sparse[t.cols] = True
+            moments[:, t.cols] += _sparse_moments(sample, m)
             continue
         dense[t.cols] = True
         # Every cell has one owner: adding places each owner's rows.
-        values[:, t.cols] += to_numpy(t.rows.take(rows).gather(t.S))
-    return values, dense & ~sparse
+        values[:, t.cols] += to_numpy(sample)
+    dense &= ~sparse
+    moments[:, dense] = 0.0
+    return values, dense, moments
+
+
+def _sparse_moments(Z: Any, m: int) -> np.ndarray:
+    """Column means and variances of a sparse sample of ``m`` rows (two passes
+    over the stored values: the variance does not cancel), host."""
+    Z = to_numpy(Z)
+    Z = sp.csc_matrix(Z) if sp.issparse(Z) else sp.csc_matrix(np.asarray(Z))
+    m = max(m, 1)
+    mean = np.asarray(Z.sum(axis=0), dtype=np.float64).ravel() / m
+    counts = np.diff(Z.indptr)
+    dev = Z.data - np.repeat(mean, counts)
+    stored = np.bincount(
+        np.repeat(np.arange(Z.shape[1]), counts),
+        weights=dev * dev,
+        minlength=Z.shape[1],
+    )
+    var = (stored + (m - counts) * mean * mean) / m
+    return np.stack([mean, var])
 
 
 def _unmatched_rows(maps: list[RowMap], n_rows: int) -> RowMap | None:

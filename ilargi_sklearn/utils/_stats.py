@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +42,7 @@ from ilargi_sklearn.multisource._operators import (
     AffineOperator,
     FactorizedMatrix,
     MatrixOperator,
-    sample_dense_columns,
+    sample_columns,
     shift_columns,
 )
 from ilargi_sklearn.multisource._stats_cache import _STATS, digest
@@ -144,7 +145,8 @@ def choose_shift(op: Any) -> Shift:
     base, _ = _base(op)
     if not _shiftable(base) or base.n_rows == 0:
         return NO_SHIFT
-    values, dense = sample_dense_columns(base, _sample_rows(base.n_rows))
+    values, dense, moments = sample_columns(base, _sample_rows(base.n_rows))
+    _warn_unshifted(moments)
     pilot = np.where(dense, _pilots(values), 0.0)
     cols = np.flatnonzero(pilot)
     if cols.size == 0:
@@ -155,6 +157,35 @@ def choose_shift(op: Any) -> Shift:
         cols[:10].tolist(),
     )
     return Shift(cols, pilot[cols])
+
+
+#: Mean over spread from which a column that cannot be shifted (placed by a
+#: sparse source) loses more than 1e-8 of its variance's relative accuracy
+#: (``eps ratio^2``): a warning names it.
+_UNSHIFTED_RATIO = 1e4
+
+
+def _warn_unshifted(moments: np.ndarray) -> None:
+    """Warn about the columns of sparse sources whose sampled mean exceeds
+    ``_UNSHIFTED_RATIO`` times their sampled spread: their centered sums cancel
+    and nothing shifts them (a sparse source is never densified)."""
+    mean, var = moments
+    # A column constant on the sample (variance 0: an indicator present in every
+    # row) is no loss.
+    bad = np.flatnonzero((var > 0) & (mean * mean > _UNSHIFTED_RATIO**2 * var))
+    if not bad.size:
+        return
+    bad = bad.tolist()
+    ratio = float(np.min(np.abs(mean[bad]) / np.sqrt(var[bad])))
+    warnings.warn(
+        f"Feature(s) {bad[:10]} (by position) are placed by a sparse source and "
+        f"have a mean of {ratio:.3g} times their spread or more: a "
+        "sparse source is never shifted, so their centered statistics lose "
+        "digits (at 1e8 all of them: the column then counts as constant). "
+        "Subtract a constant from them, or store their source dense.",
+        UserWarning,
+        stacklevel=4,
+    )
 
 
 def choose_target_shift(Y: Any) -> np.ndarray:
@@ -256,6 +287,9 @@ class GramStats:
         ``m`` with ``T - 1 mu^T = W - 1 m^T``: the weighted column means of ``W``
         (``-k`` without an intercept, where ``mu`` is 0), see
         :func:`centered_products`.
+    y_center : ndarray of shape (n_targets,) or None
+        ``y_mean - c_y`` from the shifted sums, exact where ``y_mean`` is rounded
+        (``-c_y`` without an intercept): ``Y - 1 y_mean^T = Y~ - 1 y_center^T``.
     """
 
     G: np.ndarray | None
@@ -269,6 +303,7 @@ class GramStats:
     shift: Shift = NO_SHIFT
     y_shift: np.ndarray | None = None
     w_center: np.ndarray | None = None
+    y_center: np.ndarray | None = None
 
 
 def centered_gram(
@@ -496,12 +531,12 @@ def _centered(
     rhs = ys.TtSY
     if fit_intercept:
         ybar = sy / sw_sum
-        y_mean = c_y + ybar
+        y_mean, y_center = c_y + ybar, ybar
         y_var = np.maximum(syy - sy * ybar, 0.0)
         y_sq_norm = syy.copy()
         rhs = rhs - np.outer(mu_w, sy)
     else:
-        y_mean = np.zeros(sy.shape[0])
+        y_mean, y_center = np.zeros(sy.shape[0]), -c_y
         # sum s y^2 and T^T S Y with Y = Y~ + c_y, T = W + k.
         y_var = syy + 2.0 * c_y * sy + sw_sum * c_y**2
         y_sq_norm = y_var.copy()
@@ -522,6 +557,7 @@ def _centered(
         shift=xs.shift,
         y_shift=c_y.copy(),
         w_center=w_center,
+        y_center=y_center,
     )
 
 
@@ -669,36 +705,44 @@ def _difference(
         root.shift,
         root.k,
     )
-    error = _downdating_error(sums, eps * float(np.max(D_root, initial=0.0)))
+    error = _downdating_error(sums, eps * D_root)
     if not error <= 0.01 * np.sqrt(eps):
         return None, f"the gram is ill-conditioned (error bound {error:.2g})"
     return sums, None
 
 
-def _downdating_error(sums: _XSums, noise: float) -> float:
-    """Relative error bound that an absolute ``noise`` on the gram's entries
-    causes in a solve with the centered gram (inf where it is singular).
+def _downdating_error(sums: _XSums, noise: np.ndarray) -> float:
+    """Relative error bound that a rounding of ``sqrt(noise_i noise_j)`` on the
+    gram's entries causes in a solve with the centered gram (inf where it is
+    singular).
 
     The centered gram is the smallest one a solver sees (the uncentered one adds
-    ``s_sum mu mu^T``, positive semi-definite), so its bound covers both.
+    ``s_sum mu mu^T``, positive semi-definite), so its bound covers both. The
+    bound is that of the equilibrated gram (unit diagonal), which the solvers
+    factor (``linear_model._linear._psd_solver``): columns of very different
+    scales do not make it pessimistic.
     """
     mu = sums.col_sums / sums.sw_sum
     G = sums.gram - sums.sw_sum * np.outer(mu, mu)
     G = 0.5 * (G + G.T)
-    if G.shape[0] == 0 or noise == 0.0:
+    if G.shape[0] == 0 or not np.any(noise):
         return 0.0
-    anorm = float(np.abs(G).sum(axis=0).max())
-    if not (anorm > 0 and np.all(np.isfinite(G))):
+    g = np.diag(G)
+    if not (np.all(g > 0) and np.all(np.isfinite(G))):
         return np.inf
+    s = 1.0 / np.sqrt(g)
+    Gs = G * s[:, None] * s[None, :]
+    anorm = float(np.abs(Gs).sum(axis=0).max())
     try:
-        c, _ = scipy.linalg.cho_factor(G, lower=True, check_finite=False)
+        c, _ = scipy.linalg.cho_factor(Gs, lower=True, check_finite=False)
     except np.linalg.LinAlgError:
         return np.inf
     rc, info = scipy.linalg.lapack.dpocon(c, anorm, uplo="L")
     if info != 0 or not rc > 0:
         return np.inf
-    # ||G^-1|| ~ 1 / (anorm rc): the error of a solve is noise * ||G^-1||.
-    return noise / (anorm * rc)
+    # ||Gs^-1|| ~ 1 / (anorm rc): the error of a solve is noise * ||Gs^-1||,
+    # with the noise of an equilibrated entry at most max_i noise_i / g_i.
+    return float(np.max(noise * s * s)) / (anorm * rc)
 
 
 class FoldStatistics:
@@ -755,11 +799,14 @@ class FoldStatistics:
             train_d = asarray_on(train, xp, device)
             train_op = op.take_rows(train_d)
             sw_train = _take(self.sample_weight, train_d, xp)
-            # Computed directly, with the training rows' own pilots.
-            design = _Design(train_op, choose_shift(train_op))
+            # Computed directly, with all rows' pilots: the training and test
+            # rows' figures are then of one shifted design (the test error's
+            # offset is a difference of their shifted means, _cv._path_mse).
+            design = _Design(train_op, self._design_shift)
+            Y_train = xp.take(self.Y, train_d, axis=0)
             train_sums = (
                 _x_sums(train_op, sw_train, True, col_sums=True, design=design),
-                _y_sums(train_op, sw_train, xp.take(self.Y, train_d, axis=0), design),
+                _y_sums(train_op, sw_train, Y_train, design, self._all[1].y_shift),
             )
         n = op.n_cols
         return Fold(
