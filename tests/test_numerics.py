@@ -575,6 +575,8 @@ def test_shifted_matrix_on_a_device():
     est = FactorizedRidge(alpha=1.0).fit(ds, y)
     on_device = FactorizedRidge(alpha=1.0).fit(ds.to_device(device, namespace=xps), y)
     assert_close(dense(on_device.coef_), est.coef_, kind="device_fit", scale=1.0)
+    Tc, m = centered_table(T)
+    assert_same_linear_model(est, Ridge(alpha=1.0).fit(Tc, y), T, m)
     scaler = FactorizedStandardScaler().fit(ds.to_device(device, namespace=xps))
     ref = FactorizedStandardScaler().fit(ds)
     assert_close(dense(scaler.var_), ref.var_, kind="device_fit")
