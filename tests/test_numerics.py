@@ -780,3 +780,15 @@ def test_float32_overflow_is_reported_as_an_overflow():
     FactorizedLogisticRegression().fit(
         MultiSourceDataset.from_matrices([X / 1e25], [None]), rng.integers(0, 2, 50)
     )
+
+
+@pytest.mark.parametrize("ratio", RATIOS, ids=lambda r: f"{r:.0e}")
+def test_kmeans_tolerance_scales_by_the_true_variances(ratio):
+    # K-Means scales tol by the mean column variance, as scikit-learn does.
+    from sklearn.cluster._kmeans import _tolerance as sklearn_tolerance
+
+    from ilargi_sklearn.cluster._kmeans import _tolerance
+
+    ds, T, _ = badly_scaled(ratio, "dim+inner+onehot")
+    op = validate_X(FactorizedRidge(), ds, reset=True)
+    assert_close(_tolerance(op, 1e-4), sklearn_tolerance(centered_table(T)[0], 1e-4))

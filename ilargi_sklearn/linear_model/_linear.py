@@ -371,9 +371,13 @@ def _solve_normal_equations(
     # the estimators promise (1e-8 relative), refining cannot change the result.
     y_norm = np.sqrt(stats.y_sq_norm)
     rhs_noise = _GRAM_NOISE * float(np.finfo(dtype).eps) * np.outer(np.sqrt(D), y_norm)
-    rhs_scale = np.max(np.abs(rhs[free]), axis=0)
+    # Per unit of each column's scale (the solver's equilibrated coordinates): a
+    # column whose variance dwarfs the others' does not set the others' noise.
+    g = np.diag(stats.G)[free]
+    unit = 1.0 / np.sqrt(np.where(g > 0, g, 1.0))[:, None]
+    rhs_scale = np.max(np.abs(rhs[free]) * unit, axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        rhs_error = np.max(rhs_noise[free], axis=0) / rhs_scale
+        rhs_error = np.max(rhs_noise[free] * unit, axis=0) / rhs_scale
     if error + float(np.max(np.nan_to_num(rhs_error, nan=np.inf))) < _SKIP_REFINE:
         return coef.T, y_mean - mu @ coef, rank
 
