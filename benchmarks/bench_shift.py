@@ -3,7 +3,7 @@
 Columns whose mean is large against their spread are shifted by a pilot value
 inside the factorized terms before any sum is formed: copies of those columns and
 one-row sources for the cells a left join leaves unmatched. Well-scaled data are
-not shifted; what remains is choosing the pilots (a sample of 1024 target rows).
+not shifted; what remains is choosing the pilots (a sample of 256 target rows).
 
 Usage::
 
@@ -14,7 +14,7 @@ A star schema (a base table of 5 columns, two dimension tables of 10 columns eac
 at the given tuple ratio, the second left-joined with 10% unmatched rows) in four
 variants: well-scaled; a base column of mean 1e8 (spread 1); a column of the
 inner-joined dimension of mean 1e8; a column of the left-joined dimension of mean
-1e8 with one unmatched row in a thousand (shifted, with the unmatched cells' term).
+1e8 with one unmatched row in ten thousand (shifted, with the unmatched cells' term).
 Per variant, interleaved: the centered gram (statistics cache off), the fit of
 ``FactorizedLinearRegression`` and of ``FactorizedStandardScaler``, and the
 tracemalloc peak of the centered gram. Prints the medians and each variant's ratio
@@ -53,7 +53,7 @@ def make_variants(n_rows: int, tr: float, seed: int = 0) -> dict:
     fk2_sparse_miss = fk2.copy()
     fk2_sparse_miss[rng.random(n_rows) < 0.1] = -1
     fk2_rare_miss = fk2.copy()
-    fk2_rare_miss[rng.choice(n_rows, n_rows // 1000, replace=False)] = -1
+    fk2_rare_miss[rng.choice(n_rows, n_rows // 10_000, replace=False)] = -1
     y = base @ rng.standard_normal(5) + rng.standard_normal(n_rows)
 
     def build(b, d1, d2, idx2):

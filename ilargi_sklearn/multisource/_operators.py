@@ -1124,7 +1124,9 @@ def sample_columns(
         the dense ones.
     """
     m, d = int(rows.shape[0]), op.n_cols
-    values = np.zeros((m, d))
+    # Column-major: each term's columns are written, and each column is then
+    # reduced, contiguously.
+    values = np.zeros((m, d), order="F")
     dense = np.zeros(d, dtype=bool)
     moments = np.zeros((2, d))
     if isinstance(op, MatrixOperator):
@@ -1146,7 +1148,7 @@ def sample_columns(
             continue
         dense[t.cols] = True
         # Every cell has one owner: adding places each owner's rows.
-        values[:, t.cols] += to_numpy(sample)
+        values[:, t.col_index] += to_numpy(sample)
     dense &= ~sparse
     moments[:, dense] = 0.0
     return values, dense, moments
