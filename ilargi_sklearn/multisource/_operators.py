@@ -1112,46 +1112,50 @@ def sample_columns(
 
     Returns
     -------
-    values : ndarray of shape (m, n_cols), float64, on the host
-        ``T[rows]`` on the dense columns (zeros where a left join did not match),
-        zeros on the others.
-    dense : ndarray of bool of shape (n_cols,)
+    dense : ndarray of int of shape (k,)
         The columns that no sparse source places: the ones that can be shifted
         without densifying a source.
+    values : ndarray of shape (m, k), float64, Fortran-ordered, on the host
+        ``T[rows, dense]`` (zeros where a left join did not match).
     moments : ndarray of shape (2, n_cols)
         Mean and variance of the sampled values of the other columns (sparse
         sources stay sparse: no dense sample of a wide one-hot source), zeros on
         the dense ones.
     """
     m, d = int(rows.shape[0]), op.n_cols
-    # Column-major: each term's columns are written, and each column is then
-    # reduced, contiguously.
-    values = np.zeros((m, d), order="F")
-    dense = np.zeros(d, dtype=bool)
     moments = np.zeros((2, d))
+    none = np.zeros(0, dtype=np.int64)
     if isinstance(op, MatrixOperator):
         sample = select_rows(op.A, as_index(rows, op._xp, op.device))
         if op.is_sparse:
             moments[:] = _sparse_moments(sample, m)
-        else:
-            values[...] = to_numpy(sample)
-            dense[:] = True
-        return values, dense, moments
+            return none, np.zeros((m, 0), order="F"), moments
+        return np.arange(d), np.asfortranarray(to_numpy(sample), np.float64), moments
     if not isinstance(op, FactorizedMatrix):
-        return values, dense, moments
+        return none, np.zeros((m, 0), order="F"), moments
     sparse = np.zeros(d, dtype=bool)
+    placed = np.zeros(d, dtype=bool)
     for t in op.terms:
-        sample = t.rows.take(rows).gather(t.S)
+        (sparse if t.is_sparse else placed)[t.cols] = True
+    dense = np.flatnonzero(placed & ~sparse)
+    # Column-major: each term's columns are written, and each column is then
+    # reduced, contiguously.
+    values = np.zeros((m, dense.size), order="F")
+    position = np.full(d, -1, dtype=np.int64)
+    position[dense] = np.arange(dense.size)
+    for t in op.terms:
         if t.is_sparse:
-            sparse[t.cols] = True
-            moments[:, t.cols] += _sparse_moments(sample, m)
+            moments[:, t.cols] += _sparse_moments(t.rows.take(rows).gather(t.S), m)
             continue
-        dense[t.cols] = True
+        pos = position[t.cols]
+        keep = pos >= 0  # a column a sparse source also places is not shifted
+        if not keep.any():
+            continue
+        sample = to_numpy(t.rows.take(rows).gather(t.S))
         # Every cell has one owner: adding places each owner's rows.
-        values[:, t.col_index] += to_numpy(sample)
-    dense &= ~sparse
+        values[:, pos[keep]] += sample[:, keep]
     moments[:, dense] = 0.0
-    return values, dense, moments
+    return dense, values, moments
 
 
 def _sparse_moments(Z: Any, m: int) -> np.ndarray:

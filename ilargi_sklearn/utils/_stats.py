@@ -82,7 +82,7 @@ def _pilots(values: np.ndarray) -> np.ndarray:
     if m == 0:
         return np.zeros(values.shape[1])
     # A selection, not a sort (of Fortran-ordered columns: contiguous).
-    middle = np.partition(np.asfortranarray(values), m // 2, axis=0)[m // 2]
+    middle = np.partition(values, m // 2, axis=0)[m // 2]
     spread = np.std(values, axis=0)
     return np.where(np.abs(middle) > _PILOT_RATIO * spread, middle, 0.0)
 
@@ -150,18 +150,19 @@ def choose_shift(op: Any) -> Shift:
     base, _ = _base(op)
     if not _shiftable(base) or base.n_rows == 0:
         return NO_SHIFT
-    values, dense, moments = sample_columns(base, _sample_rows(base.n_rows))
+    dense, values, moments = sample_columns(base, _sample_rows(base.n_rows))
     _warn_unshifted(moments)
-    pilot = np.where(dense, _pilots(values), 0.0)
-    cols = np.flatnonzero(pilot)
+    pilot = _pilots(values)
+    cols = dense[pilot != 0]
     if cols.size == 0:
         return NO_SHIFT
+    pilot = pilot[pilot != 0]
     logger.debug(
         "pilot shift of %d column(s) with a large mean against their spread: %s",
         cols.size,
         cols[:10].tolist(),
     )
-    return Shift(cols, pilot[cols])
+    return Shift(cols, pilot)
 
 
 #: Mean over spread from which a column that cannot be shifted (placed by a
