@@ -41,6 +41,7 @@ from sklearn.model_selection import GridSearchCV, KFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+import ilargi_sklearn.multisource._operators as operators_module
 import ilargi_sklearn.utils._stats as stats_module
 from ilargi_sklearn import MultiSourceDataset
 from ilargi_sklearn.decomposition import FactorizedPCA, FactorizedTruncatedSVD
@@ -528,8 +529,16 @@ def test_cached_search_downdates_badly_scaled_columns():
 
 
 # ------------------------------------------------- the shifted design itself
+@pytest.mark.parametrize("copy_whole", [False, True], ids=["split", "whole"])
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_shifted_matrix_is_the_design_minus_its_pilots(scenario):
+def test_shifted_matrix_is_the_design_minus_its_pilots(
+    scenario, copy_whole, monkeypatch
+):
+    # Both layouts: the shifted columns copied into terms of their own (the
+    # source's own columns hidden), or the whole source's shifted copy.
+    monkeypatch.setattr(
+        operators_module, "_copy_whole", lambda *args, copy_whole=copy_whole: copy_whole
+    )
     ds = random_dataset(7, n_rows=80, scenario=scenario)
     op = validate_X(FactorizedRidge(), ds, reset=True)
     T = ds.materialize("dense")

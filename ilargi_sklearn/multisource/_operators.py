@@ -1207,9 +1207,12 @@ def shift_columns(op: Operator, cols: np.ndarray, values: np.ndarray) -> Shifted
     they are centered (``sum x^2 - n mean^2`` keeps ``eps (mean / spread)^2`` of
     its relative accuracy); the sums of the shifted column do not. Per term ``I S
     M^T`` that places a shifted column, the shifted values ``S[:, j] - c_j`` are a
-    new term on the same row map (a copy of those columns only; the source itself
-    is not copied: its shifted columns move to extra target columns that
-    :class:`ShiftedMatrix` never shows). Where a left join leaves a shifted column
+    new term on the same row map: a copy of those columns only where they are a
+    few columns of a large source (the source itself is not copied: its shifted
+    columns move to extra target columns that :class:`ShiftedMatrix` never
+    shows), else the shifted copy of the whole source replaces it (a dimension
+    table, or a source most of whose columns are shifted, see
+    :func:`_copy_whole`). Where a left join leaves a shifted column
     unmatched, ``T`` is 0 and ``T - c`` is ``-c``: one more term, a one-row source
     ``-c`` on the unmatched rows (per set of owning terms). The extra terms are
     parameter-sized or copies of the shifted columns: sparse sources are never
@@ -1250,6 +1253,12 @@ def shift_columns(op: Operator, cols: np.ndarray, values: np.ndarray) -> Shifted
             )
         for j in t.cols[pos]:
             owners.setdefault(int(j), []).append(i)
+        if _copy_whole(t, pos.size, n):
+            # The whole source shifted (zero on its other columns): the terms
+            # keep their structure (no extra partner in the cross passes).
+            c = asarray_on(pilot[t.cols], fm._xp, fm.device, fm.dtype)
+            terms.append(Term(t.S - c, t.rows, t.cols, t.source))
+            continue
         moved = np.array(t.cols, dtype=np.int64)
         moved[pos] = np.arange(extra, extra + pos.size)
         extra += pos.size
@@ -1267,6 +1276,16 @@ def shift_columns(op: Operator, cols: np.ndarray, values: np.ndarray) -> Shifted
         S = asarray_on(-pilot[J][None, :], fm._xp, fm.device, fm.dtype)
         terms.append(Term(S, rows, J, fm.terms[who[0]].source))
     return ShiftedMatrix(FactorizedMatrix(terms, n, extra, fm.dtype), d)
+
+
+def _copy_whole(t: Term, n_shifted: int, n_rows: int) -> bool:
+    """Whether to shift ``t``'s whole source rather than copy its shifted columns
+    into a term of their own: when they are at least half of it (the copy then
+    costs at most twice theirs), or when the source is no larger than two
+    target-length columns (a dimension table: the copy is small and the
+    factorized passes keep one partner per source)."""
+    r, k = t.S.shape
+    return 2 * n_shifted >= k or r * k <= 2 * n_rows
 
 
 class ShiftedMatrix(Operator):
