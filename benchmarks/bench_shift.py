@@ -28,8 +28,6 @@ import argparse
 import os
 import sys
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 THREAD_VARS = (
     "OMP_NUM_THREADS",
@@ -41,6 +39,8 @@ THREAD_VARS = (
 
 def make_variants(n_rows: int, tr: float, seed: int = 0) -> dict:
     """The four datasets (same values but for the offsets) and a target."""
+    import numpy as np
+
     from ilargi_sklearn import MultiSourceDataset
 
     rng = np.random.default_rng(seed)
@@ -88,6 +88,7 @@ def main() -> None:
     p.add_argument("--out", default=os.path.join(HERE, "results", "shift.jsonl"))
     args = p.parse_args()
     if args.threads:
+        # Before NumPy (and its BLAS) and numba are first imported.
         for var in THREAD_VARS:
             os.environ[var] = str(args.threads)
     sys.path.insert(0, HERE)

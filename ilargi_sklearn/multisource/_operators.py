@@ -1264,7 +1264,10 @@ def shift_columns(op: Operator, cols: np.ndarray, values: np.ndarray) -> Shifted
         extra += pos.size
         terms.append(Term(t.S, t.rows, moved, t.source))
         c = asarray_on(pilot[t.cols[pos]], fm._xp, fm.device, fm.dtype)
-        terms.append(Term(select_columns(t.S, pos) - c, t.rows, t.cols[pos], t.source))
+        sel = contiguous_index(pos)
+        # A slice is subtracted from in one pass (no gathered copy first).
+        part = t.S[:, sel] if isinstance(sel, slice) else select_columns(t.S, pos)
+        terms.append(Term(part - c, t.rows, t.cols[pos], t.source))
     groups: dict[tuple[int, ...], list[int]] = {}
     for j, who in owners.items():
         groups.setdefault(tuple(who), []).append(j)
