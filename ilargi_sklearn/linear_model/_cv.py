@@ -184,8 +184,9 @@ def _ridge_loo(op, Y, sample_weight, fit_intercept, stats, alphas):
 
 # Largest relative error of the penalized inverses accepted from one
 # eigendecomposition of the gram (eigh's eigenvalues carry about eps times the
-# largest); above it, each penalty's equilibrated gram is factored instead.
-_EIGH_ERROR = 1e-10
+# largest): a tenth of the estimators' 1e-8; above it, each penalty's
+# equilibrated gram is factored instead.
+_EIGH_ERROR = 1e-9
 
 
 def _eigh_error(G, eigvals, V, alphas):
@@ -199,7 +200,7 @@ def _eigh_error(G, eigvals, V, alphas):
     eps = float(np.finfo(np.float64).eps)
     top = float(np.max(np.abs(eigvals)))
     low = float(np.min(np.maximum(eigvals[live], 0.0))) + float(np.min(alphas))
-    return np.inf if low <= 0 else G.shape[0] * eps * top / low
+    return np.inf if low <= 0 else eps * top / low
 
 
 def _penalized_inverses(G, alphas):
