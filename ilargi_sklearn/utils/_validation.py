@@ -410,6 +410,8 @@ def validate_fit_inputs(
     """
     from sklearn.utils.validation import _check_sample_weight
 
+    check_dataset_rows(X, y, "y")
+    check_dataset_rows(X, sample_weight, "sample_weight")
     op = validate_X(
         estimator, X, reset=reset, strategy=strategy, device=estimator.device
     )
@@ -433,6 +435,52 @@ def validate_fit_inputs(
         sw_sum = float(np.sum(sample_weight))
         sample_weight = asarray_on(sample_weight, op.xp, op.device)
     return op, y, sample_weight, sw_sum
+
+
+def check_dataset_rows(X: Any, values: Any, name: str) -> None:
+    """Refuse per-base-row ``values`` for a dataset whose joins changed its rows.
+
+    A target, weights or groups taken from the base table have one value per
+    base row; a dataset after inner, outer or one-to-many joins has other rows.
+    The error names the joins that changed them and the fix (``ds.align``);
+    other length mismatches are left to the usual checks.
+    """
+    if not isinstance(X, MultiSourceDataset) or values is None:
+        return
+    shape = getattr(values, "shape", None)
+    if shape is None and isinstance(values, (list, tuple)):
+        shape = (len(values),)
+    if not shape or not isinstance(shape[0], (int, np.integer)):
+        return  # a scalar weight, or a lazy array of unknown length
+    n_values, n_rows = int(shape[0]), len(X)
+    if n_values == n_rows or n_values != X.n_base_rows_:
+        return
+    changes = []
+    for r in (X._match_report or []) if X._root_rows is None else []:
+        if r.get("fan_out", 1.0) > 1:
+            changes.append(
+                f"join {r['join']!r} repeats rows (keys such as "
+                f"{r['repeated_keys'][:3]} occur more than once in its table)"
+            )
+        if r["how"] == "inner" and r["matched"] < r["rows"]:
+            changes.append(
+                f"inner join {r['join']!r} drops {r['rows'] - r['matched']:,} "
+                "unmatched rows"
+            )
+        kept = round(r["matched"] * r.get("fan_out", 1.0)) + r["rows"] - r["matched"]
+        if r["how"] == "outer" and r.get("rows_out", kept) > kept:
+            changes.append(
+                f"outer join {r['join']!r} adds {r['rows_out'] - kept:,} rows of its "
+                "table that matched nothing"
+            )
+    why = f" ({'; '.join(changes)})" if changes else ""
+    raise ValueError(
+        f"X has {n_rows:,} rows but {name} has {n_values:,}, one per row of the base "
+        f"table: the dataset's joins changed its rows{why}. Take {name} into the "
+        f"dataset's order with ds.align({name}) (from_frames(..., target=COLUMN) "
+        "returns the target aligned), or fix the join if it should keep the base "
+        "rows."
+    )
 
 
 def sample_weight_on(op: Operator, sample_weight: Any = None) -> Any:
