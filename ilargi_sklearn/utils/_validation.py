@@ -30,6 +30,7 @@ __all__ = [
     "Caller",
     "DeviceMixin",
     "check_device",
+    "check_real",
     "check_strategy",
     "input_namespace",
     "validate_X",
@@ -133,6 +134,7 @@ def _validate_device_array(estimator: Any, X: Any, reset: bool) -> Operator:
             f"is required by {name}."
         )
     kind = numpy_dtype(X.dtype).kind
+    check_real(X, "X", name)
     if kind not in "biuf":
         raise ValueError(f"{name} expects numeric data, got dtype {X.dtype}.")
     if kind != "f":
@@ -177,12 +179,44 @@ def device_regression_target(estimator: Any, y: Any, op: Operator) -> Any | None
             f"y should be a 1d or 2d array, got an array of shape {y.shape} instead."
         )
     kind = numpy_dtype(y.dtype).kind
+    check_real(y, "y", name)
     if kind not in "biuf":
         raise ValueError(f"{name} expects a numeric target, got dtype {y.dtype}.")
     Y = xp.astype(y, namespace_dtype(xp, np.float64))
     if not bool(xp.all(xp.isfinite(Y))):
         raise ValueError("Input y contains NaN or infinity.")
     return xp.reshape(Y, (int(Y.shape[0]), -1))
+
+
+def check_real(a: Any, what: str, name: str) -> None:
+    """Refuse complex ``a`` (``X``, ``y``, weights) with an error that says so.
+
+    scikit-learn refuses complex input too, but its message prints the whole
+    array; a cast would drop the imaginary parts in silence.
+    """
+    dtype = getattr(a, "dtype", None)
+    if dtype is None and isinstance(a, (list, tuple)):
+        dtype = np.asarray(a).dtype
+    try:
+        kind = numpy_dtype(dtype).kind if dtype is not None else ""
+    except TypeError:  # pandas extension dtypes
+        kind = getattr(dtype, "kind", "")
+    if kind == "c":
+        raise ValueError(
+            f"Complex data not supported: {name} got complex {what} (dtype {dtype}) "
+            "and fits real data only, as scikit-learn. Pass the real part, or the "
+            "real and imaginary parts as separate columns."
+        )
+    # A DataFrame: per-column dtypes (pandas' ``dtypes`` maps names to them).
+    dtypes = getattr(a, "dtypes", None)
+    if what == "X" and hasattr(dtypes, "items"):
+        bad = [c for c, t in dtypes.items() if getattr(t, "kind", "") == "c"]
+        if bad:
+            raise ValueError(
+                f"Complex data not supported: {name} got complex column(s) "
+                f"{bad[:5]} in X and fits real data only, as scikit-learn. Pass the "
+                "real parts, or the real and imaginary parts as separate columns."
+            )
 
 
 def _check_n_features(estimator: Any, n_features: int, name: str) -> None:
@@ -279,6 +313,7 @@ def validate_X(
         # cache (utils._stats.centered_gram) learns it here, for every estimator.
         register_lineage(op, X, strategy)
         return op
+    check_real(X, "X", type(estimator).__name__)
     X = validate_data(
         estimator,
         X,
@@ -334,6 +369,7 @@ def validate_fit_inputs(
     target: Any = None,
     strategy: str = "factorized",
     reset: bool = True,
+    non_negative_weights: bool = False,
 ) -> tuple[Operator, Any, Any, float]:
     """The fit preamble: validate ``X``, ``y`` and ``sample_weight`` once and place
     them on the estimator's device (its ``device`` parameter).
@@ -355,6 +391,11 @@ def validate_fit_inputs(
     strategy : {"factorized", "materialized"}, default="factorized"
     reset : bool, default=True
         False for methods of a fitted estimator that take targets (``score``).
+    non_negative_weights : bool, default=False
+        Refuse negative weights, as ``_check_sample_weight(...,
+        ensure_non_negative=True)`` does (scikit-learn's ``LinearRegression``;
+        the estimators whose scikit-learn counterpart fails on them deep inside,
+        with NaN, refuse them here with its message).
 
     Returns
     -------
@@ -380,11 +421,16 @@ def validate_fit_inputs(
                 f"{type(estimator).__name__} requires y to be passed, but the target "
                 "y is None."
             )
+        check_real(y, "y", type(estimator).__name__)
         y = target(estimator, y, op)
     sw_sum = float(op.n_rows)
     if sample_weight is not None:
+        check_real(sample_weight, "sample_weight", type(estimator).__name__)
         sample_weight = _check_sample_weight(
-            host_array(sample_weight), op, dtype=np.float64
+            host_array(sample_weight),
+            op,
+            dtype=np.float64,
+            ensure_non_negative=non_negative_weights,
         )
         sw_sum = float(np.sum(sample_weight))
         sample_weight = asarray_on(sample_weight, op.xp, op.device)
