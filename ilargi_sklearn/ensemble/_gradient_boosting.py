@@ -1148,7 +1148,8 @@ class FactorizedHistGradientBoostingClassifier(ClassifierMixin, _BaseFactorizedH
     def predict_proba(self, X):
         """Class probabilities of the rows of ``X``, shape (n_samples, n_classes)."""
         caller = Caller(X)
-        return caller.give(self._loss.predict_proba(self._raw_predict(X)))
+        raw = self._raw_predict(X)
+        return caller.give(self._loss.predict_proba(raw))
 
     def staged_predict_proba(self, X):
         """Class probabilities after each iteration (a generator)."""
