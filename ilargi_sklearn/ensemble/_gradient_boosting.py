@@ -283,8 +283,12 @@ class _BaseFactorizedHGB(BaseEstimator):
             groups = raw_groups(op, self._layout)
             n = op.n_rows
         else:
-            if reset and hasattr(self, "_layout_is_dataset"):
-                del self._layout_is_dataset
+            if not reset and getattr(self, "_layout_is_dataset", False):
+                raise TypeError(
+                    f"{type(self).__name__} was fitted on a MultiSourceDataset: "
+                    "predict on a dataset built with its schema "
+                    "(model.dataset_schema_.build(base, tables))."
+                )
             A = validate_data(
                 self,
                 host_array(X),
@@ -295,12 +299,6 @@ class _BaseFactorizedHGB(BaseEstimator):
             if reset:
                 self._layout = _array_layout(
                     self, A.shape[1], self.categorical_features
-                )
-            elif getattr(self, "_layout_is_dataset", False):
-                raise TypeError(
-                    f"{type(self).__name__} was fitted on a MultiSourceDataset: "
-                    "predict on a dataset built with its schema "
-                    "(model.dataset_schema_.build(base, tables))."
                 )
             groups = raw_groups(_Dense(A), self._layout)
             n = A.shape[0]
