@@ -171,10 +171,17 @@ class HistogramBuilder:
         n_chunks = _launcher.chunks(n, min_rows, threads, per_thread=1)
         accs, touched = self._buffers(max(n_chunks, 1))
         out = np.zeros((n_chunks, F, self.n_bins, 3))
-        h = np.zeros(0, dtype=np.float32) if hessians is None else hessians
+        # The node's gradients in its rows' order: every group's pass reads
+        # them sequentially (one random gather here instead of one per group).
+        g = np.take(gradients, rows)
+        h = (
+            np.zeros(0, dtype=np.float32)
+            if hessians is None
+            else np.take(hessians, rows)
+        )
         head = (
             rows,
-            gradients,
+            g,
             h,
             _launcher.uniform_tuple(self.data.bins),
             _launcher.uniform_tuple(self.data.idx),

@@ -44,7 +44,9 @@ def _hist_chunk(
     stop,
 ):
     # out (chunks, F, n_bins, 3); accs[g] (chunks, m_g, 3) zero on entry and on
-    # exit; touched[g] (chunks, m_g).
+    # exit; touched[g] (chunks, m_g). ``gradients`` and ``hessians`` are the
+    # node's, in the order of ``rows`` (read sequentially by every group's
+    # pass, as scikit-learn's ordered gradients); hessians empty when constant.
     H = out[c]
     with_h = hessians.shape[0] > 0
     hi = 0.0
@@ -59,31 +61,36 @@ def _hist_chunk(
             for p in range(start, stop):
                 i = _u(rows[_u(p)])
                 j = i if direct else _u(ix[i])
-                gi = gradients[i]
-                if with_h:
-                    hi = hessians[i]
+                gi = gradients[_u(p)]
                 Br = B[j]
-                for k in range(nf):
-                    f = _u(fm[k])
-                    b = _u(Br[k])
-                    H[f, b, 0] += gi
-                    H[f, b, 1] += hi
-                    H[f, b, 2] += 1.0
+                if with_h:
+                    hi = hessians[_u(p)]
+                    for k in range(nf):
+                        f = _u(fm[k])
+                        b = _u(Br[k])
+                        H[f, b, 0] += gi
+                        H[f, b, 1] += hi
+                        H[f, b, 2] += 1.0
+                else:
+                    for k in range(nf):
+                        f = _u(fm[k])
+                        b = _u(Br[k])
+                        H[f, b, 0] += gi
+                        H[f, b, 2] += 1.0
         else:
-            # Grouped: sum per source row first, then read each distinct source
-            # row's bins once.
+            # Grouped: sum per source row first (a touched list records the
+            # distinct rows), then read each distinct source row's bins once.
             A = accs[grp][c]
             T = touched[grp][c]
             nt = 0
             for p in range(start, stop):
-                i = _u(rows[_u(p)])
-                j = _u(ix[i])
+                j = _u(ix[_u(rows[_u(p)])])
                 if A[j, 2] == 0.0:
                     T[nt] = j
                     nt += 1
-                A[j, 0] += gradients[i]
+                A[j, 0] += gradients[_u(p)]
                 if with_h:
-                    A[j, 1] += hessians[i]
+                    A[j, 1] += hessians[_u(p)]
                 A[j, 2] += 1.0
             for q in range(nt):
                 j = _u(T[q])
