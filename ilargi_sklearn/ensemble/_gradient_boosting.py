@@ -31,6 +31,7 @@ from sklearn.utils.validation import (
 )
 
 from ilargi_sklearn.ensemble._binning import (
+    ROW_DTYPE,
     BinMapper,
     RawGroup,
     TreeLayout,
@@ -177,6 +178,26 @@ def _tree_table(groups: list[RawGroup], n_rows: int, n_features: int) -> np.ndar
             hit = grp.idx >= 0
             out[np.ix_(np.flatnonzero(hit), grp.features)] = grp.values[grp.idx[hit]]
     return out
+
+
+def joined_tree_table(ds, categorical_features="from_dtype"):
+    """The join as scikit-learn's ``HistGradientBoosting*`` takes it: NaN where a
+    join did not match, each categorical column of the schema ordinal-encoded.
+
+    Built row by row from the sources (it is the join): for comparisons and for
+    the materialized plan. The columns are the model's features in input order.
+
+    Returns
+    -------
+    X : ndarray of float64 of shape (n_rows, n_tree_features)
+    is_categorical : ndarray of bool
+    names : list of str
+    """
+    layout = _dataset_layout(ds, categorical_features)
+    groups = raw_groups(ds.operator, layout)
+    table = _tree_table(groups, len(ds), layout.n_features)[:, layout.natural]
+    names = [layout.names[f] for f in layout.natural]
+    return table, layout.is_categorical[layout.natural], names
 
 
 @contextmanager
@@ -378,11 +399,10 @@ class _BaseFactorizedHGB(BaseEstimator):
             rows = train_idx[subset]
         elif sw_train is not None:
             weighted, weights = True, sw_train
-        all_rows = np.arange(n_rows)
         counts = [group_weights(g, rows, weights) for g in groups]
         # Categories are those of every row of X (scikit-learn's OrdinalEncoder
         # runs before the validation split).
-        known = [group_weights(g, all_rows) for g in groups]
+        known = [group_weights(g, None) for g in groups]
         mapper = BinMapper(self.max_bins + 1)
         return mapper.fit(groups, self._layout, counts, weighted, known)
 
@@ -432,7 +452,11 @@ class _BaseFactorizedHGB(BaseEstimator):
         else:
             self.do_early_stopping_ = self.early_stopping
         self._use_validation_data = self.validation_fraction is not None
-        all_idx = np.arange(n_samples)
+        if n_samples >= np.iinfo(ROW_DTYPE).max:
+            raise ValueError(
+                f"{type(self).__name__} takes fewer than 2**31 rows, got {n_samples}."
+            )
+        all_idx = np.arange(n_samples, dtype=ROW_DTYPE)
         if self.do_early_stopping_ and self._use_validation_data:
             stratify = y if hasattr(self._loss, "predict_proba") else None
             train_idx, val_idx = train_test_split(

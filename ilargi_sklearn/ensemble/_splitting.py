@@ -22,7 +22,7 @@ import numpy as np
 
 from ilargi_sklearn._backend import _launcher
 from ilargi_sklearn._backend._launcher import CompiledUnavailable, numba_available
-from ilargi_sklearn.ensemble._binning import BinnedData
+from ilargi_sklearn.ensemble._binning import ROW_DTYPE, BinnedData
 
 __all__ = [
     "SplitInfo",
@@ -323,8 +323,8 @@ class Splitter:
         self.feature_fraction_per_split = float(feature_fraction_per_split)
         self.rng = rng
         self.n_features = self.is_categorical.shape[0]
-        self.partition = np.arange(data.n_rows, dtype=np.int64)
-        self._buffer = np.empty(data.n_rows, dtype=np.int64)
+        self.partition = np.arange(data.n_rows, dtype=ROW_DTYPE)
+        self._buffer = np.empty(data.n_rows, dtype=ROW_DTYPE)
 
     def find_node_split(
         self,
