@@ -55,9 +55,9 @@ def find_thresholds(
     ----------
     values : ndarray of float64 of shape (m,)
         Distinct or repeated values (NaN: missing, ignored).
-    weights : ndarray of float64 of shape (m,)
+    weights : ndarray of float64 of shape (m,) or None
         Occurrences (integers) of each value, or its sample weight when
-        ``weighted``; entries of weight 0 are ignored.
+        ``weighted``; entries of weight 0 are ignored. None: each value once.
     max_bins : int
         Bins for non-missing values.
     weighted : bool
@@ -71,10 +71,17 @@ def find_thresholds(
         Increasing thresholds: value ``x`` falls in bin ``i`` when
         ``thresholds[i - 1] < x <= thresholds[i]``.
     """
-    keep = (weights > 0) & ~np.isnan(values)
-    v = np.asarray(values[keep], dtype=np.float64)
-    w = np.asarray(weights[keep], dtype=np.float64)
-    distinct, inverse = np.unique(v, return_inverse=True)
+    if weights is None:
+        # Every value once (a base table without subsample).
+        v = np.asarray(values, dtype=np.float64)
+        v = v[~np.isnan(v)]
+        distinct, counts = np.unique(v, return_counts=True)
+        inverse = None
+    else:
+        keep = (weights > 0) & ~np.isnan(values)
+        v = np.asarray(values[keep], dtype=np.float64)
+        w = np.asarray(weights[keep], dtype=np.float64)
+        distinct, inverse = np.unique(v, return_inverse=True)
     if distinct.shape[0] <= 1:
         return np.asarray([], dtype=np.float64)
     if distinct.shape[0] <= max_bins:
@@ -82,7 +89,10 @@ def find_thresholds(
         thresholds = sliding_window_view(distinct, 2).mean(axis=1)
     else:
         percentiles = np.linspace(0, 100, num=max_bins + 1)[1:-1]
-        agg = np.bincount(inverse, weights=w, minlength=distinct.shape[0])
+        if inverse is None:
+            agg = counts.astype(np.float64)
+        else:
+            agg = np.bincount(inverse, weights=w, minlength=distinct.shape[0])
         if not weighted:
             # The expanded column has at most the subsample's 200,000 values (or
             # the training rows when fewer): the counts are exact integers, and
@@ -283,7 +293,11 @@ def raw_groups(op: Any, layout: TreeLayout) -> list[RawGroup]:
     for t_idx, specs in per_term.items():
         t = op.terms[t_idx]
         S = to_numpy(t.S)
-        idx = None if t.rows.is_identity else to_numpy(t.rows.idx).astype(np.int64)
+        idx = (
+            None
+            if t.rows.is_identity
+            else to_numpy(t.rows.idx).astype(np.int64, copy=False)
+        )
         groups.append(
             RawGroup(
                 _term_values(S, specs, layout),
@@ -387,15 +401,15 @@ def group_weights(
     group: RawGroup,
     rows: np.ndarray | None,
     weights: np.ndarray | None = None,
-    n_rows: int | None = None,
-) -> np.ndarray:
+) -> np.ndarray | None:
     """Per source row of ``group``: how often target rows ``rows`` (all ``n_rows``
     when None) take it, summing ``weights`` instead of counting when given.
     Rows may repeat."""
     r = group.values.shape[0]
     if group.idx is None:
         if rows is None:
-            return np.ones(r) if weights is None else np.asarray(weights, float)
+            # Each row once: None, no n-length vector of ones.
+            return None if weights is None else np.asarray(weights, float)
         return np.bincount(rows, weights=weights, minlength=r).astype(np.float64)
     src = group.idx if rows is None else group.idx[rows]
     hit = src >= 0
@@ -436,7 +450,9 @@ class BinMapper:
             for c, f in enumerate(grp.features):
                 col = grp.values[:, c]
                 if layout.is_categorical[f]:
-                    present = (kn > 0) & ~np.isnan(col)
+                    present = (
+                        ~np.isnan(col) if kn is None else (kn > 0) & ~np.isnan(col)
+                    )
                     cats = np.unique(col[present])
                     if cats.shape[0] > max_bins:
                         raise ValueError(
@@ -453,7 +469,14 @@ class BinMapper:
         self.n_bins_non_missing_ = n_non_missing
         return self
 
-    def _bin_column(self, col: np.ndarray, f: int) -> np.ndarray:
+    def _bin_column(self, col: np.ndarray, f: int, out: np.ndarray) -> None:
+        """Bins of ``col`` into ``out``, in blocks of rows (bounded temporaries)."""
+        step = 1 << 16
+        for start in range(0, col.shape[0], step):
+            sl = slice(start, start + step)
+            out[sl] = self._bin_block(np.asarray(col[sl], dtype=np.float64), f)
+
+    def _bin_block(self, col: np.ndarray, f: int) -> np.ndarray:
         t = self.bin_thresholds_[f]
         missing = np.isnan(col)
         if self.is_categorical_[f]:
@@ -477,12 +500,14 @@ class BinMapper:
             r, c = grp.values.shape
             B = np.full((r + 1, c), self.missing_values_bin_idx_, dtype=np.uint8)
             for j, f in enumerate(grp.features):
-                B[:r, j] = self._bin_column(grp.values[:, j], int(f))
+                self._bin_column(grp.values[:, j], int(f), B[:r, j])
                 feature_group[f] = g
                 feature_col[f] = j
             bins.append(B)
             if grp.idx is None:
                 idx.append(np.zeros(0, dtype=ROW_DTYPE))
             else:
-                idx.append(np.where(grp.idx >= 0, grp.idx, r).astype(ROW_DTYPE))
+                ix = grp.idx.astype(ROW_DTYPE)
+                ix[ix < 0] = r
+                idx.append(ix)
         return BinnedData(tuple(bins), tuple(idx), feature_group, feature_col, n_rows)

@@ -391,7 +391,8 @@ class _BaseFactorizedHGB(BaseEstimator):
         n_train = train_idx.shape[0]
         weighted = False
         weights = None
-        rows = train_idx
+        # All rows in order: counted from the index vectors themselves.
+        rows = None if n_train == n_rows else train_idx
         if n_train > BINNING_SUBSAMPLE:
             rng = check_random_state(self._random_seed)
             p = None if sw_train is None else sw_train / np.sum(sw_train)
@@ -401,8 +402,11 @@ class _BaseFactorizedHGB(BaseEstimator):
             weighted, weights = True, sw_train
         counts = [group_weights(g, rows, weights) for g in groups]
         # Categories are those of every row of X (scikit-learn's OrdinalEncoder
-        # runs before the validation split).
-        known = [group_weights(g, None) for g in groups]
+        # runs before the validation split); only categorical features need them.
+        is_cat = self._layout.is_categorical
+        known = [
+            group_weights(g, None) if is_cat[g.features].any() else None for g in groups
+        ]
         mapper = BinMapper(self.max_bins + 1)
         return mapper.fit(groups, self._layout, counts, weighted, known)
 
@@ -467,8 +471,11 @@ class _BaseFactorizedHGB(BaseEstimator):
             )
         else:
             train_idx, val_idx = all_idx, None
-        y_train = y[train_idx]
-        sw_train = None if sample_weight is None else sample_weight[train_idx]
+        if val_idx is None:
+            y_train, sw_train = y, sample_weight
+        else:
+            y_train = y[train_idx]
+            sw_train = None if sample_weight is None else sample_weight[train_idx]
         y_val = None if val_idx is None else y[val_idx]
         sw_val = None
         if val_idx is not None and sample_weight is not None:
@@ -490,6 +497,10 @@ class _BaseFactorizedHGB(BaseEstimator):
             scoring_is_predefined_string or self.scoring == "loss"
         )
         K = self.n_trees_per_iteration_
+        small = None
+        if self.do_early_stopping_ and self.scoring != "loss":
+            # The scorer's training rows: at most 10,000, drawn once per fit.
+            small = self._small_trainset(y_train, sw_train)
         if not (self._is_fitted() and self.warm_start):
             self._clear_state()
             self._baseline_prediction = self._loss.fit_intercept_only(
@@ -512,7 +523,6 @@ class _BaseFactorizedHGB(BaseEstimator):
                     )
                 else:
                     self._scorer = check_scoring(self, self.scoring)
-                    small = self._small_trainset(y_train, sw_train)
                     self._check_early_stopping_scorer(
                         X,
                         train_idx,
@@ -538,9 +548,6 @@ class _BaseFactorizedHGB(BaseEstimator):
             raw_val = None
             if self.do_early_stopping_ and need_raw_val:
                 raw_val = self._raw_predict_binned(data_val)
-            small = None
-            if self.do_early_stopping_ and self.scoring != "loss":
-                small = self._small_trainset(y_train, sw_train)
             predictors = self._predictors
             begin_at_stage = self.n_iter_
 
@@ -610,7 +617,6 @@ class _BaseFactorizedHGB(BaseEstimator):
                         raw, y_train, sw_train, raw_val, y_val, sw_val
                     )
                 else:
-                    small = self._small_trainset(y_train, sw_train)
                     should_stop = self._check_early_stopping_scorer(
                         X,
                         train_idx,
@@ -635,7 +641,6 @@ class _BaseFactorizedHGB(BaseEstimator):
                 break
         self.train_score_ = np.asarray(self.train_score_)
         self.validation_score_ = np.asarray(self.validation_score_)
-        self.n_trees_ = sum(len(p) for p in self._predictors)
         return self
 
     def _has_missing(self, data, missing_bin):

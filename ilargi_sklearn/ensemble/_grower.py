@@ -106,6 +106,7 @@ class TreeGrower:
             hessians_are_constant=self.hessians_are_constant,
             feature_fraction_per_split=feature_fraction_per_split,
             rng=rng,
+            row_buffers=histogram_builder.row_buffers(),
         )
         self.data = data
         self.max_leaf_nodes = max_leaf_nodes

@@ -21,7 +21,7 @@ import numpy as np
 
 from ilargi_sklearn._backend import _launcher
 from ilargi_sklearn._backend._launcher import CompiledUnavailable, numba_available
-from ilargi_sklearn.ensemble._binning import BinnedData
+from ilargi_sklearn.ensemble._binning import ROW_DTYPE, BinnedData
 from ilargi_sklearn.ensemble._trees_numba import GROUPED, ROWWISE
 
 __all__ = ["HistogramBuilder", "build_histograms", "choose_modes"]
@@ -121,6 +121,7 @@ class HistogramBuilder:
         self.fmaps = tuple(
             data.group_features(g).astype(np.int64) for g in range(data.n_groups)
         )
+        self._row_buffers: tuple | None = None
         self._accs: tuple | None = None
         self._touched: tuple | None = None
         self._threads = 0
@@ -140,6 +141,17 @@ class HistogramBuilder:
             self._touched = _launcher.uniform_tuple(touched)
             self._threads = threads
         return self._accs, self._touched
+
+    def row_buffers(self) -> tuple[np.ndarray, np.ndarray]:
+        """The partition of the rows and its scratch space, shared by the trees
+        of a fit (a tree's partition is read before the next tree grows)."""
+        if self._row_buffers is None:
+            n = self.data.n_rows
+            self._row_buffers = (
+                np.empty(n, dtype=ROW_DTYPE),
+                np.empty(n, dtype=ROW_DTYPE),
+            )
+        return self._row_buffers
 
     def modes(self, n_node: int) -> np.ndarray:
         return choose_modes(self.data, n_node, self.distinct, self.widths)

@@ -308,6 +308,7 @@ class Splitter:
         hessians_are_constant=False,
         feature_fraction_per_split=1.0,
         rng=None,
+        row_buffers=None,
     ):
         self.data = data
         self.n_bins_non_missing = np.asarray(n_bins_non_missing, dtype=np.int64)
@@ -323,8 +324,14 @@ class Splitter:
         self.feature_fraction_per_split = float(feature_fraction_per_split)
         self.rng = rng
         self.n_features = self.is_categorical.shape[0]
-        self.partition = np.arange(data.n_rows, dtype=ROW_DTYPE)
-        self._buffer = np.empty(data.n_rows, dtype=ROW_DTYPE)
+        if row_buffers is None:
+            row_buffers = (
+                np.empty(data.n_rows, dtype=ROW_DTYPE),
+                np.empty(data.n_rows, dtype=ROW_DTYPE),
+            )
+        # The trees of a fit share these (one tree at a time uses them).
+        self.partition, self._buffer = row_buffers
+        self.partition[:] = np.arange(data.n_rows, dtype=ROW_DTYPE)
 
     def find_node_split(
         self,
