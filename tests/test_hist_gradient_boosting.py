@@ -526,31 +526,58 @@ def test_grouped_and_rowwise_histograms_agree():
 
 
 def test_nan_inside_a_source_is_missing():
-    """NaN in a source (a dataset built from its terms) is a missing value."""
-    from ilargi_sklearn._backend import RowMap
-    from ilargi_sklearn.multisource._terms import build_factorized
-
+    """NaN kept in a source (allow_nan=True) is a missing value for the trees."""
     rng = np.random.default_rng(0)
     n, r = 1500, 500
     base = rng.normal(size=(n, 1))
     dim = rng.normal(size=(r, 2))
     dim[:60, 0] = np.nan
     idx = rng.integers(0, r, n)
-    op = build_factorized(
-        [base, dim],
-        [RowMap(None, n), RowMap(idx, r)],
-        [np.array([0]), np.array([1, 2])],
-        3,
-        np.float64,
-    )
-    ds = MultiSourceDataset(op, ["x", "d0", "d1"], ["base", "dim"])
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        MultiSourceDataset.from_matrices([base, dim], [None, idx])
+    ds = MultiSourceDataset.from_matrices([base, dim], [None, idx], allow_nan=True)
+    assert ds.allows_nan and ds.nan_source() == "s1"
+    assert ds[np.arange(10)].allows_nan
     X = nan_table(ds)
-    X[:, 1] = dim[idx, 0]
+    assert np.isnan(X[:, 1]).sum() == np.isin(idx, np.arange(60)).sum()
     y = np.where(np.isnan(X[:, 1]), 3.0, X[:, 1]) + 0.1 * rng.normal(size=n)
     ours = Reg(max_iter=5, **NO_ES).fit(ds, y)
     ref = HistGradientBoostingRegressor(max_iter=5, **NO_ES).fit(X, y)
     assert ours._has_missing(ours._bin(*ours._check_X(ds, reset=False)), 255)[1]
     assert compare_trees(ours, ref) >= 3
+    # Estimators that take no missing values refuse the dataset by name.
+    from ilargi_sklearn import FactorizedRidge
+
+    with pytest.raises(ValueError, match="missing values \\(NaN\\) in source 's1'"):
+        FactorizedRidge().fit(ds, y)
+    dim[0, 1] = np.inf
+    with pytest.raises(ValueError, match="infinite"):
+        MultiSourceDataset.from_matrices([base, dim], [None, idx], allow_nan=True)
+
+
+def test_impute_missing_keeps_nan_from_frames():
+    """Join(impute="missing"): NaN of a table stay missing values, as in the
+    pandas.merge the trees are compared with."""
+    rng = np.random.default_rng(1)
+    n, r = 1500, 400
+    base = pd.DataFrame({"a": rng.normal(size=n), "k": rng.integers(0, r + 50, n)})
+    dim = pd.DataFrame({"k": np.arange(r), "b": rng.normal(size=r)})
+    dim.loc[rng.random(r) < 0.2, "b"] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        MultiSourceDataset.from_frames(base, ["a"], [Join(dim, on="k", features=["b"])])
+    ds = MultiSourceDataset.from_frames(
+        base, ["a"], [Join(dim, on="k", features=["b"], impute="missing", name="d")]
+    )
+    assert ds.allows_nan
+    joined = base.merge(dim, on="k", how="left")[["a", "b"]]
+    X = joined.to_numpy()
+    y = np.where(np.isnan(X[:, 1]), 2.0, X[:, 1]) + X[:, 0] + rng.normal(size=n) * 0.1
+    ours = Reg(max_iter=5, **NO_ES).fit(ds, y)
+    ref = HistGradientBoostingRegressor(max_iter=5, **NO_ES).fit(X, y)
+    assert compare_trees(ours, ref) >= 3
+    # New rows through the schema keep their NaN too.
+    new = ours.dataset_schema_.build(base.iloc[:50], {"d": dim})
+    np.testing.assert_allclose(ours.predict(new), ours.predict(ds)[:50])
 
 
 # ------------------------------------------------------------------- the API
