@@ -229,11 +229,22 @@ def test_unmatched_rows_are_missing_not_zero():
     np.testing.assert_allclose(pred, ref.predict(X), rtol=1e-9)
 
 
-SCENARIOS = ["star", "left", "inner", "outer", "snowflake", "many_to_many", "overlap"]
+SCENARIOS = [
+    "star",
+    "left",
+    "inner",
+    "outer",
+    "snowflake",
+    "many_to_many",
+    "overlap",
+    "sparse",
+    "union",
+    "float32",
+]
 LOSSES = ["squared_error", "poisson", "gamma", "absolute_error", "quantile"]
 
 
-@settings(max_examples=12)
+@settings(max_examples=15)
 @given(
     scenario=st.sampled_from(SCENARIOS),
     loss=st.sampled_from(LOSSES),
@@ -251,7 +262,7 @@ def test_parity_random_schemas(scenario, loss, seed):
     kw = dict(quantile=0.4) if loss == "quantile" else {}
     params = dict(loss=loss, max_iter=5, min_samples_leaf=10, **kw, **NO_ES)
     ours = Reg(**params).fit(ds, y)
-    ref = HistGradientBoostingRegressor(**params).fit(X, y)
+    ref = HistGradientBoostingRegressor(**params).fit(X.astype(np.float64), y)
     for a, b in zip(ours._bin_mapper.bin_thresholds_, ref._bin_mapper.bin_thresholds_):
         np.testing.assert_array_equal(a, b)
     if loss in ("absolute_error", "quantile"):
