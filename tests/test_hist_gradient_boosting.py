@@ -489,6 +489,23 @@ def test_max_features_and_l2_match_sklearn():
     assert compare_trees(ours, ref) >= 3
 
 
+@pytest.mark.parametrize("cst", [[[0, 2], [1, 3, 4]], "pairwise", "no_interactions"])
+def test_interaction_constraints_match_sklearn(cst):
+    ds, joined, y = star_frames(11, n=1200, categorical=False)
+    X, _ = encoded(joined)
+    params = dict(max_iter=5, interaction_cst=cst, max_features=0.7)
+    ours = Reg(**params, **NO_ES).fit(ds, y)
+    ref = HistGradientBoostingRegressor(**params, **NO_ES).fit(X, y)
+    assert compare_trees(ours, ref) >= 3
+    if cst == "no_interactions":
+        for p in ours._predictors:
+            nodes = p[0].nodes
+            inner = nodes[~nodes["is_leaf"].astype(bool)]
+            assert np.unique(inner["feature_idx"]).shape[0] <= 1
+    with pytest.raises(ValueError, match="invalid indices: \\[7\\]"):
+        Reg(interaction_cst=[[0, 7]]).fit(ds, y)
+
+
 # ------------------------------------------------------------ kernels
 def test_compiled_and_numpy_kernels_agree(monkeypatch):
     ds, joined, y = star_frames(12, n=2000)

@@ -10,6 +10,7 @@ gradients (scikit-learn's loss objects, :mod:`._loss`), the same split decisions
 
 from __future__ import annotations
 
+import itertools
 import logging
 from contextlib import contextmanager, nullcontext
 from numbers import Integral, Real
@@ -224,6 +225,12 @@ class _BaseFactorizedHGB(BaseEstimator):
         "l2_regularization": [Interval(Real, 0, None, closed="left")],
         "max_features": [Interval(RealNotInt, 0, 1, closed="right")],
         "monotonic_cst": ["array-like", dict, None],
+        "interaction_cst": [
+            list,
+            tuple,
+            StrOptions({"pairwise", "no_interactions"}),
+            None,
+        ],
         "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
         "validation_fraction": [
             Interval(RealNotInt, 0, 1, closed="neither"),
@@ -255,6 +262,7 @@ class _BaseFactorizedHGB(BaseEstimator):
         max_bins,
         categorical_features,
         monotonic_cst,
+        interaction_cst,
         warm_start,
         early_stopping,
         scoring,
@@ -276,6 +284,7 @@ class _BaseFactorizedHGB(BaseEstimator):
         self.max_bins = max_bins
         self.categorical_features = categorical_features
         self.monotonic_cst = monotonic_cst
+        self.interaction_cst = interaction_cst
         self.warm_start = warm_start
         self.early_stopping = early_stopping
         self.scoring = scoring
@@ -385,6 +394,41 @@ class _BaseFactorizedHGB(BaseEstimator):
             )
         return cst
 
+    def _interactions(self):
+        """The interaction constraints as sets of tree features (the trees'
+        order), the features no set lists forming one more set."""
+        if self.interaction_cst is None:
+            return None
+        F = self._layout.n_features
+        if self.interaction_cst == "no_interactions":
+            groups = [[i] for i in range(F)]
+        elif self.interaction_cst == "pairwise":
+            groups = itertools.combinations(range(F), 2)
+        else:
+            groups = self.interaction_cst
+        try:
+            groups = [set(g) for g in groups]
+        except TypeError:
+            raise ValueError(
+                "Interaction constraints must be a sequence of tuples or lists, got:"
+                f" {self.interaction_cst!r}."
+            ) from None
+        for g in groups:
+            bad = [x for x in g if not (isinstance(x, Integral) and 0 <= x < F)]
+            if bad:
+                raise ValueError(
+                    "Interaction constraints must consist of integer indices in "
+                    f"[0, n_features - 1] = [0, {F - 1}] (the positions of "
+                    f"tree_feature_names_), got invalid indices: {sorted(bad)}."
+                )
+        # Positions of tree_feature_names_ to the trees' order (categories first).
+        natural = self._layout.natural
+        out = [{int(natural[x]) for x in g} for g in groups]
+        rest = set(range(F)) - set().union(*out)
+        if rest:
+            out.append(rest)
+        return out
+
     def _fit_bin_mapper(self, groups, train_idx, sw_train, n_rows):
         """Thresholds as ``_BinMapper(random_state=self._random_seed)`` computes
         them on the training rows of the joined table."""
@@ -450,6 +494,7 @@ class _BaseFactorizedHGB(BaseEstimator):
             feature_subsample_seed = rng.randint(np.iinfo(np.uint32).max, dtype="u8")
             self._feature_subsample_rng = np.random.default_rng(feature_subsample_seed)
         monotonic_cst = self._monotonic()
+        interaction_cst = self._interactions()
         self._loss = self._get_loss(sample_weight)
         if self.early_stopping == "auto":
             self.do_early_stopping_ = n_samples > 10_000
@@ -590,6 +635,7 @@ class _BaseFactorizedHGB(BaseEstimator):
                     has_missing_values=has_missing,
                     is_categorical=self._layout.is_categorical,
                     monotonic_cst=monotonic_cst,
+                    interaction_cst=interaction_cst,
                     l2_regularization=self.l2_regularization,
                     feature_fraction_per_split=self.max_features,
                     rng=self._feature_subsample_rng,
@@ -878,6 +924,12 @@ class FactorizedHistGradientBoostingRegressor(RegressorMixin, _BaseFactorizedHGB
     monotonic_cst : array-like of int or dict, default=None
         Monotonic constraint (-1, 0, 1) of each feature of
         :attr:`tree_feature_names_`, or a dict by name.
+    interaction_cst : {"pairwise", "no_interactions"} or sequence of lists of int, \
+            default=None
+        Sets of features (positions in :attr:`tree_feature_names_`) that may
+        interact in a branch; features no set lists form one more set. As
+        scikit-learn's, except that with categorical features scikit-learn reads
+        the positions after moving those features first.
     warm_start : bool, default=False
         Add trees to the previous fit's.
     early_stopping : "auto" or bool, default="auto"
@@ -972,6 +1024,7 @@ class FactorizedHistGradientBoostingRegressor(RegressorMixin, _BaseFactorizedHGB
         max_bins=255,
         categorical_features="from_dtype",
         monotonic_cst=None,
+        interaction_cst=None,
         warm_start=False,
         early_stopping="auto",
         scoring="loss",
@@ -994,6 +1047,7 @@ class FactorizedHistGradientBoostingRegressor(RegressorMixin, _BaseFactorizedHGB
             max_bins=max_bins,
             categorical_features=categorical_features,
             monotonic_cst=monotonic_cst,
+            interaction_cst=interaction_cst,
             warm_start=warm_start,
             early_stopping=early_stopping,
             scoring=scoring,
@@ -1098,6 +1152,7 @@ class FactorizedHistGradientBoostingClassifier(ClassifierMixin, _BaseFactorizedH
         max_bins=255,
         categorical_features="from_dtype",
         monotonic_cst=None,
+        interaction_cst=None,
         warm_start=False,
         early_stopping="auto",
         scoring="loss",
@@ -1121,6 +1176,7 @@ class FactorizedHistGradientBoostingClassifier(ClassifierMixin, _BaseFactorizedH
             max_bins=max_bins,
             categorical_features=categorical_features,
             monotonic_cst=monotonic_cst,
+            interaction_cst=interaction_cst,
             warm_start=warm_start,
             early_stopping=early_stopping,
             scoring=scoring,

@@ -37,6 +37,8 @@ class TreeNode:
         self.left_child = None
         self.right_child = None
         self.histograms = None
+        self.allowed_features = None
+        self.interaction_cst_indices = None
         self.children_lower_bound = -np.inf
         self.children_upper_bound = np.inf
 
@@ -74,6 +76,7 @@ class TreeGrower:
         has_missing_values=None,
         is_categorical=None,
         monotonic_cst=None,
+        interaction_cst=None,
         l2_regularization=0.0,
         feature_fraction_per_split=1.0,
         rng=None,
@@ -114,6 +117,7 @@ class TreeGrower:
         self.min_samples_leaf = min_samples_leaf
         self.has_missing_values = np.asarray(has_missing_values, dtype=bool)
         self.monotonic_cst = monotonic_cst
+        self.interaction_cst = interaction_cst
         self.shrinkage = shrinkage
         self.n_bins_non_missing = np.asarray(n_bins_non_missing)
         self.splittable_nodes: list[TreeNode] = []
@@ -129,13 +133,19 @@ class TreeGrower:
     def _initialize_root(self):
         n_samples = self.data.n_rows
         root = TreeNode(0, 0, n_samples, 0.0, 0.0, value=0)
+        allowed, first = None, 0
+        if self.interaction_cst is not None:
+            # A set's iteration order, as scikit-learn builds the array.
+            union = set().union(*self.interaction_cst)
+            allowed = np.fromiter(union, dtype=np.int64, count=len(union))
+            first = int(allowed[0])
         histograms = self._histograms(root)
-        # As scikit-learn: the sums from the first feature's histogram.
-        root.sum_gradients = histograms[0, :, 0].sum()
+        # As scikit-learn: the sums from the first allowed feature's histogram.
+        root.sum_gradients = histograms[first, :, 0].sum()
         if self.hessians_are_constant:
             root.sum_hessians = self.hessian_constant * n_samples
         else:
-            root.sum_hessians = histograms[0, :, 1].sum()
+            root.sum_hessians = histograms[first, :, 1].sum()
         self.root = root
         if root.n_samples < 2 * self.min_samples_leaf:
             self._finalize_leaf(root)
@@ -143,6 +153,9 @@ class TreeGrower:
         if root.sum_hessians < self.splitter.min_hessian_to_split:
             self._finalize_leaf(root)
             return
+        if self.interaction_cst is not None:
+            root.interaction_cst_indices = range(len(self.interaction_cst))
+            root.allowed_features = allowed
         root.histograms = histograms
         self._compute_best_split_and_push(root)
 
@@ -155,6 +168,7 @@ class TreeGrower:
             node.value,
             node.children_lower_bound,
             node.children_upper_bound,
+            node.allowed_features,
         )
         if node.split_info.gain <= 0:
             self._finalize_leaf(node)
@@ -192,6 +206,17 @@ class TreeGrower:
             value=info.value_right,
         )
         node.left_child, node.right_child = left, right
+        if self.interaction_cst is not None:
+            # The constraint sets holding the split feature, and their union.
+            allowed, indices = set(), []
+            for i in node.interaction_cst_indices:
+                if info.feature_idx in self.interaction_cst[i]:
+                    indices.append(i)
+                    allowed.update(self.interaction_cst[i])
+            features = np.fromiter(allowed, dtype=np.int64, count=len(allowed))
+            for child in (left, right):
+                child.allowed_features = features
+                child.interaction_cst_indices = indices
         if not self.has_missing_values[info.feature_idx]:
             # No missing value seen in training: at prediction they go to the
             # child with more rows.

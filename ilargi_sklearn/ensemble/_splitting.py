@@ -342,17 +342,28 @@ class Splitter:
         value,
         lower_bound=-np.inf,
         upper_bound=np.inf,
+        allowed_features=None,
     ) -> SplitInfo:
         F = self.n_features
-        allowed = np.ones(F, dtype=bool)
+        # The features this node may split on, in scikit-learn's order (all, or
+        # those of the interaction constraints that still apply).
+        candidates = (
+            np.arange(F)
+            if allowed_features is None
+            else np.asarray(allowed_features, dtype=np.int64)
+        )
+        n_allowed = candidates.shape[0]
+        sampled = np.ones(n_allowed, dtype=bool)
         if self.feature_fraction_per_split < 1.0:
             # The same draws as scikit-learn, in the same order (one shuffle per
             # node evaluated).
-            n_sub = max(1, int(ceil(self.feature_fraction_per_split * F)))
-            mask = np.full(F, False)
+            n_sub = max(1, int(ceil(self.feature_fraction_per_split * n_allowed)))
+            mask = np.full(n_allowed, False)
             mask[:n_sub] = True
             self.rng.shuffle(mask)
-            allowed = mask
+            sampled = mask
+        allowed = np.zeros(F, dtype=bool)
+        allowed[candidates[sampled]] = True
         args = (
             float(n_samples),
             float(sum_gradients),
@@ -382,10 +393,10 @@ class Splitter:
             gains[f] = out[0]
             cat_res[int(f)] = out
         # scikit-learn's choice: the first feature of strictly greatest gain.
-        best = 0
-        for f in range(1, F):
+        best = int(candidates[0])
+        for f in candidates[1:]:
             if gains[f] > gains[best]:
-                best = f
+                best = int(f)
         l2 = self.l2_regularization
         if gains[best] <= 0:
             return SplitInfo(
