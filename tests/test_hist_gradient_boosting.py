@@ -342,6 +342,31 @@ def test_early_stopping_same_validation_rows():
     )
 
 
+def test_given_validation_rows_as_sklearn():
+    """X_val and y_val: a dataset's rows (or an array's) instead of a split."""
+    ds, joined, y = star_frames(17, n=1500, categorical=False)
+    X, _ = encoded(joined)
+    tr, va = np.arange(1000), np.arange(1000, 1500)
+    params = dict(max_iter=40, early_stopping=True, random_state=0, n_iter_no_change=3)
+    ours = Reg(**params).fit(ds[tr], y[tr], X_val=ds[va], y_val=y[va])
+    ref = HistGradientBoostingRegressor(**params).fit(
+        X[tr], y[tr], X_val=X[va], y_val=y[va]
+    )
+    assert abs(ours.n_iter_ - ref.n_iter_) <= 2
+    k = min(ours.n_iter_, ref.n_iter_) + 1
+    np.testing.assert_allclose(
+        ours.validation_score_[:k], ref.validation_score_[:k], rtol=1e-6
+    )
+    scored = Reg(scoring="neg_mean_absolute_error", **params).fit(
+        ds[tr], y[tr], X_val=ds[va], y_val=y[va]
+    )
+    assert scored.validation_score_.shape[0] == scored.n_iter_ + 1
+    with pytest.raises(ValueError, match="early_stopping is False"):
+        Reg(early_stopping=False).fit(ds[tr], y[tr], X_val=ds[va], y_val=y[va])
+    with pytest.raises(ValueError, match="y_val was not provided"):
+        Reg().fit(ds[tr], y[tr], X_val=ds[va])
+
+
 def test_binning_subsample_draws_as_sklearn(monkeypatch):
     """Above the subsample size the thresholds come from scikit-learn's draw of
     target rows, counted per source row (a small subsample stands in for

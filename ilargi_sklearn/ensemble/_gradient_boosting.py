@@ -455,7 +455,16 @@ class _BaseFactorizedHGB(BaseEstimator):
         return mapper.fit(groups, self._layout, counts, weighted, known)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(
+        self,
+        X,
+        y,
+        sample_weight=None,
+        *,
+        X_val=None,
+        y_val=None,
+        sample_weight_val=None,
+    ):
         """Fit the gradient boosting model.
 
         Parameters
@@ -468,6 +477,13 @@ class _BaseFactorizedHGB(BaseEstimator):
             :meth:`~ilargi_sklearn.MultiSourceDataset.align`).
         sample_weight : array-like of shape (n_samples,), default=None
             Weights of the rows.
+        X_val : {array-like, MultiSourceDataset}, default=None
+            Validation rows for early stopping instead of a split of ``X`` (a
+            dataset built with the training schema, or an array like ``X``).
+        y_val : array-like, default=None
+            Their targets.
+        sample_weight_val : array-like, default=None
+            Their weights.
 
         Returns
         -------
@@ -487,6 +503,31 @@ class _BaseFactorizedHGB(BaseEstimator):
                 host_array(sample_weight), np.empty((n_samples, 0)), dtype=np.float64
             )
         sample_weight = self._finalize_sample_weight(sample_weight, y)
+        provided = X_val is not None or y_val is not None
+        groups_val = None
+        if provided:
+            if y_val is None:
+                raise ValueError("X_val is provided, but y_val was not provided.")
+            if X_val is None:
+                raise ValueError("y_val is provided, but X_val was not provided.")
+            if self.early_stopping is False:
+                raise ValueError(
+                    "X_val and y_val are passed to fit while at the same time "
+                    "early_stopping is False. When passing X_val and y_val to fit, "
+                    "early_stopping should be set to either 'auto' or True."
+                )
+            groups_val, n_val = self._check_X(X_val, reset=False)
+            y_val = self._encode_y_val(_check_y(host_array(y_val), estimator=self))
+            if y_val.shape[0] != n_val:
+                raise ValueError(
+                    f"X_val has {n_val} rows but y_val has {y_val.shape[0]}."
+                )
+            if sample_weight_val is not None:
+                sample_weight_val = _check_sample_weight(
+                    host_array(sample_weight_val),
+                    np.empty((n_val, 0)),
+                    dtype=np.float64,
+                )
 
         rng = check_random_state(self.random_state)
         if not self.warm_start or not self._is_fitted():
@@ -500,13 +541,13 @@ class _BaseFactorizedHGB(BaseEstimator):
             self.do_early_stopping_ = n_samples > 10_000
         else:
             self.do_early_stopping_ = self.early_stopping
-        self._use_validation_data = self.validation_fraction is not None
+        self._use_validation_data = self.validation_fraction is not None or provided
         if n_samples >= np.iinfo(ROW_DTYPE).max:
             raise ValueError(
                 f"{type(self).__name__} takes fewer than 2**31 rows, got {n_samples}."
             )
         all_idx = np.arange(n_samples, dtype=ROW_DTYPE)
-        if self.do_early_stopping_ and self._use_validation_data:
+        if self.do_early_stopping_ and self._use_validation_data and not provided:
             stratify = y if hasattr(self._loss, "predict_proba") else None
             train_idx, val_idx = train_test_split(
                 all_idx,
@@ -521,16 +562,22 @@ class _BaseFactorizedHGB(BaseEstimator):
         else:
             y_train = y[train_idx]
             sw_train = None if sample_weight is None else sample_weight[train_idx]
-        y_val = None if val_idx is None else y[val_idx]
-        sw_val = None
-        if val_idx is not None and sample_weight is not None:
-            sw_val = sample_weight[val_idx]
+        if provided:
+            sw_val = sample_weight_val
+        else:
+            y_val = None if val_idx is None else y[val_idx]
+            sw_val = None
+            if val_idx is not None and sample_weight is not None:
+                sw_val = sample_weight[val_idx]
 
         self._bin_mapper = self._fit_bin_mapper(groups, train_idx, sw_train, n_samples)
         data = self._bin(groups, n_samples)
         del groups
         data_train = data if val_idx is None else data.take(train_idx)
         data_val = None if val_idx is None else data.take(val_idx)
+        if provided:
+            data_val = self._bin(groups_val, n_val)
+            del groups_val
         del data
         missing_bin = self._bin_mapper.missing_values_bin_idx_
         has_missing = self._has_missing(data_train, missing_bin)
@@ -570,6 +617,7 @@ class _BaseFactorizedHGB(BaseEstimator):
                     self._scorer = check_scoring(self, self.scoring)
                     self._check_early_stopping_scorer(
                         X,
+                        X_val,
                         train_idx,
                         val_idx,
                         small,
@@ -665,6 +713,7 @@ class _BaseFactorizedHGB(BaseEstimator):
                 else:
                     should_stop = self._check_early_stopping_scorer(
                         X,
+                        X_val,
                         train_idx,
                         val_idx,
                         small,
@@ -747,6 +796,7 @@ class _BaseFactorizedHGB(BaseEstimator):
     def _check_early_stopping_scorer(
         self,
         X,
+        X_val,
         train_idx,
         val_idx,
         small,
@@ -773,7 +823,9 @@ class _BaseFactorizedHGB(BaseEstimator):
         self.train_score_.append(score)
         if self._use_validation_data:
             yv = self.classes_[y_val.astype(int)] if self._is_classifier else y_val
-            Xv = None if raw_val is not None else self._rows(X, val_idx)
+            Xv = None
+            if raw_val is None:
+                Xv = X_val if X_val is not None else self._rows(X, val_idx)
             self.validation_score_.append(self._score(Xv, yv, sw_val, raw_val))
             return self._should_stop(self.validation_score_)
         return self._should_stop(self.train_score_)
@@ -1087,6 +1139,9 @@ class FactorizedHistGradientBoostingRegressor(RegressorMixin, _BaseFactorizedHGB
             raise ValueError("loss='poisson' requires non-negative y and sum(y) > 0.")
         return y
 
+    def _encode_y_val(self, y):
+        return self._encode_y(y)
+
     def _get_loss(self, sample_weight):
         if self.loss == "quantile" and self.quantile is None:
             raise ValueError("loss='quantile' needs quantile=... in [0, 1].")
@@ -1203,6 +1258,9 @@ class FactorizedHistGradientBoostingClassifier(ClassifierMixin, _BaseFactorizedH
         n_classes = self.classes_.shape[0]
         self.n_trees_per_iteration_ = 1 if n_classes <= 2 else n_classes
         return encoded.astype(np.float64, copy=False)
+
+    def _encode_y_val(self, y):
+        return self._label_encoder.transform(y).astype(np.float64, copy=False)
 
     def _get_loss(self, sample_weight):
         return make_loss(
