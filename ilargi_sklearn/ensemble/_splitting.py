@@ -20,8 +20,8 @@ from math import ceil
 
 import numpy as np
 
-from ilargi_sklearn._backend import _launcher
 from ilargi_sklearn._backend._launcher import CompiledUnavailable, numba_available
+from ilargi_sklearn.ensemble import _trees_numba
 from ilargi_sklearn.ensemble._binning import ROW_DTYPE, BinnedData
 
 __all__ = [
@@ -324,6 +324,9 @@ class Splitter:
         self.feature_fraction_per_split = float(feature_fraction_per_split)
         self.rng = rng
         self.n_features = self.is_categorical.shape[0]
+        # Read once per tree (the environment switch is read at every call of
+        # numba_available: thousands of nodes).
+        self.compiled = numba_available()
         if row_buffers is None:
             row_buffers = (
                 np.empty(data.n_rows, dtype=ROW_DTYPE),
@@ -457,10 +460,10 @@ class Splitter:
             self.min_gain_to_split,
             self.hessians_are_constant,
         )
-        if numba_available() and feats.shape[0]:
+        if self.compiled and feats.shape[0]:
             res = np.empty((feats.shape[0], 6))
             try:
-                _launcher.call(
+                _trees_numba.call(
                     "tree_scan",
                     hist,
                     feats.astype(np.int64),
@@ -490,10 +493,10 @@ class Splitter:
             if split_info.is_categorical
             else np.zeros(8, dtype=np.uint32)
         )
-        if numba_available():
+        if self.compiled:
             try:
                 out = np.zeros(1, dtype=np.int64)
-                _launcher.call(
+                _trees_numba.call(
                     "tree_partition",
                     rows,
                     self.data.bins[g],

@@ -21,6 +21,7 @@ _u = _launcher.U
 __all__ = [
     "GROUPED",
     "ROWWISE",
+    "call",
 ]
 
 #: Histogram modes of a group, per node (see :func:`._histogram.choose_modes`).
@@ -302,3 +303,33 @@ _launcher.register("tree_hist", _hist_chunk, min_rows=32768)
 _launcher.register("tree_scan", _scan_numeric)
 _launcher.register("tree_partition", _partition)
 _launcher.register("tree_predict", _predict_chunk, min_rows=16384)
+
+
+#: Dispatchers of the per-node kernels once they ran (see :func:`call`).
+_ready: dict = {}
+
+
+def call(name, *args):
+    """``_launcher.call(name, *args)``, then the jitted kernel directly.
+
+    A tree calls its scan and partition kernels once or twice per node, thousands
+    of times a fit: the launcher's per-call bookkeeping (the compile-notice check)
+    cost as much as the kernels on small nodes. The first call goes through the
+    launcher (compilation or cache load, the notice, the fallback); later calls
+    go to the dispatcher, back through the launcher only if they fail (a new
+    signature that does not compile disables the compiled kernels there).
+    """
+    fn = _ready.get(name)
+    if fn is not None:
+        try:
+            fn(*args)
+            return
+        except Exception as exc:
+            # Only a signature that fails to compile (before the kernel ran)
+            # goes back through the launcher.
+            numba = _launcher._state["numba"]
+            if not numba or not isinstance(exc, numba.core.errors.NumbaError):
+                raise
+            _ready.pop(name, None)
+    _launcher.call(name, *args)
+    _ready[name] = _launcher._dispatcher(name)
