@@ -26,7 +26,7 @@ Parts (``--parts``, default ``goal,grid``):
   Peak memory: the growth of the peak RSS of a fresh process during the fit (join
   included), per side.
 * ``grid``: where factorizing stops paying: the time ratio join+sklearn /
-  factorized over tuple ratios 1-50 and feature ratios 0.5-4 (regression, fewer
+  factorized over tuple ratios 1-50 and feature ratios 0.5-16 (regression, fewer
   rows and trees).
 * ``real``: nycflights13 (``arr_delay``, and ``arr_delay > 15``) as built by
   ``ilargi_sklearn.datasets`` against ``pandas.merge`` + scikit-learn and
@@ -79,7 +79,8 @@ def star(n_rows, tuple_ratio, base_cols, dim_cols, n_dims=2, seed=0, task="reg")
         idx = rng.integers(0, r, n_rows)
         sources.append(S)
         indicators.append(idx)
-        eta = eta + np.tanh(S[idx, 0]) + 0.5 * S[idx, 1] * sources[0][:, 1]
+        second = S[idx, min(1, dim_cols - 1)]
+        eta = eta + np.tanh(S[idx, 0]) + 0.5 * second * sources[0][:, 1]
     ds = MultiSourceDataset.from_matrices(sources, indicators)
     y = eta + 0.3 * rng.normal(size=n_rows)
     if task == "clf":
@@ -221,7 +222,7 @@ def grid_part(args, hw):
     return [
         _grid_one(args, hw, n, tr, max(int(round(4 * fr / 2)), 1), max_iter)
         for tr in (1, 2, 5, 10, 20, 50)
-        for fr in (0.5, 1, 2, 4)
+        for fr in (0.5, 1, 2, 4, 8, 16)
     ]
 
 
