@@ -13,6 +13,7 @@ import difflib
 from typing import Any
 
 from ilargi_sklearn._backend._plan import STRATEGIES
+from ilargi_sklearn.multisource._builder import VALIDATE
 
 ESTIMATORS = {
     "linearregression": ("ilargi_sklearn.linear_model", "FactorizedLinearRegression"),
@@ -58,6 +59,7 @@ _TABLE_KEYS = {
     "impute",
     "sep",
     "cast",
+    "strip",
 }
 #: What ``cast = { COLUMN = KIND }`` converts a column to.
 CASTS = ("int", "float", "string")
@@ -77,6 +79,7 @@ _JOIN_KEYS = {
     "row_number",
     "nulls_equal",
     "min_match",
+    "validate",
 }
 _TARGET_KEYS = {"column", "threshold"}
 _ESTIMATOR_KEYS = {"name", "params", "scale", "plan"}
@@ -146,6 +149,7 @@ def _check_tables(spec: Any, d: dict[str, Any]) -> dict[str, Any]:
         spec._names(t, "key", key)
         spec._names(t, "numeric", key)
         spec._names(t, "categorical", key)
+        spec._names(t, "strip", key)
         _check_impute(spec, t, key)
         spec._get(t, "sep", key, (str,))
         cast = spec._get(t, "cast", key, (dict,), {})
@@ -217,6 +221,14 @@ def _check_joins(spec: Any, d: dict[str, Any], tables: dict[str, Any]) -> None:
         _check_impute(spec, j, key)
         spec._get(j, "indicator", key, (bool,))
         spec._get(j, "nulls_equal", key, (bool,))
+        validate = spec._get(j, "validate", key, (str,))
+        if validate is not None and validate not in VALIDATE:
+            raise spec.error(
+                f"validate must be one of {sorted(set(VALIDATE.values()))} (or "
+                f"pandas' short forms '1:1', '1:m', 'm:1', 'm:m'), got {validate!r}.",
+                *key,
+                "validate",
+            )
         _check_fraction(spec, j, key)
 
 

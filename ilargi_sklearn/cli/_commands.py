@@ -84,9 +84,15 @@ def _print_joins(console: Console, ds: Any) -> list[dict[str, Any]]:
     rows = []
     for name, r in report.iterrows():
         null = f", {r['null_keys']:,} missing keys" if r["null_keys"] else ""
+        fan = (
+            f", repeats rows: {r['fan_out']:.3g} per matched row, "
+            f"{r['rows']:,} -> {r['rows_out']:,} rows"
+            if r["fan_out"] > 1
+            else ""
+        )
         console.result(
             f"join {name} ({r['how']}): matched {r['matched']:,} of {r['rows']:,} "
-            f"rows ({format_fraction(r['fraction'])}){null}"
+            f"rows ({format_fraction(r['fraction'])}){null}{fan}"
         )
         rows.append({"join": str(name), **{k: plain(v) for k, v in r.items()}})
     return rows
@@ -378,6 +384,27 @@ def _key_columns(spec: FitSpec) -> list[str]:
     return list(dict.fromkeys(cols))
 
 
+def _more_rows_note(ds: Any, n_rows: int, n_base_rows: int) -> str:
+    """Why the predictions have more rows than the base table: the joins."""
+    report = ds.match_report_
+    causes = []
+    if report is not None:
+        for name, r in report.iterrows():
+            if r["fan_out"] > 1:
+                causes.append(
+                    f"join {name} repeats base rows (keys such as "
+                    f"{list(r['repeated_keys'])[:3]} occur more than once in its table)"
+                )
+            elif r["how"] == "outer" and r["rows_out"] > r["rows"]:
+                causes.append(f"outer join {name} adds rows of its table")
+    why = ": " + "; ".join(causes) if causes else ""
+    return (
+        f"note: writing {n_rows:,} predictions for {n_base_rows:,} base rows{why}. "
+        "The base_row column gives each prediction's base row (-1: none); a join "
+        "that should keep one row per base row needs a table with unique keys."
+    )
+
+
 def cmd_predict(args: argparse.Namespace, console: Console) -> int:
     import joblib
     import pandas as pd
@@ -421,11 +448,16 @@ def cmd_predict(args: argparse.Namespace, console: Console) -> int:
         f"(read {info['read_seconds']:.2f} s, built {info['build_seconds']:.2f} s)"
     )
     joins_report = _print_joins(console, ds)
+    if info["n_rows"] > info["n_base_rows"]:
+        console.note(_more_rows_note(ds, info["n_rows"], info["n_base_rows"]))
     t0 = time.perf_counter()
     out = pd.DataFrame({"base_row": ds.base_rows_})
     base = frames[spec.base]
+    rows = ds.base_rows_
     for col in keep:
-        out[col] = base[col].to_numpy()[ds.base_rows_]
+        # Rows an outer join added have no base row (-1): their keys are missing.
+        values = base[col].iloc[np.maximum(rows, 0)].reset_index(drop=True)
+        out[col] = values if rows.min(initial=0) >= 0 else values.where(rows >= 0)
     try:
         if hasattr(model, "predict"):
             out["prediction"] = np.asarray(model.predict(ds))
@@ -469,6 +501,7 @@ def cmd_predict(args: argparse.Namespace, console: Console) -> int:
                 "spec": str(spec.path),
                 "out": str(dest),
                 "n_rows": len(out),
+                "n_base_rows": info["n_base_rows"],
                 "columns": list(out.columns),
                 "joins": joins_report,
                 "read_seconds": info["read_seconds"],

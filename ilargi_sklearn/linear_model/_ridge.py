@@ -38,7 +38,7 @@ from ilargi_sklearn.linear_model._linear import (
     _solve_normal_equations,
 )
 from ilargi_sklearn.linear_model._logistic import _labels_from_scores
-from ilargi_sklearn.utils._stats import centered_gram, host64
+from ilargi_sklearn.utils._stats import centered_gram, centered_products, host64
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     STRATEGIES,
@@ -117,11 +117,14 @@ def _resolve_solver(solver, positive, op, name):
     return solver
 
 
-def _normal_product(op, sample_weight, mu):
+def _normal_product(op, mu, sample_weight):
     """``V -> T_c^T S T_c V`` through the operator, ``T_c = T - 1 mu^T``.
 
     ``V`` (n_features, k) is on the host; one ``matmul`` and one ``rmatmul`` of k
     columns, with the centering applied to the products (never to the data).
+    ``op`` and ``mu`` are the shifted design and its center
+    (:func:`~ilargi_sklearn.utils._stats.centered_products`), whose products do
+    not form the large values of a column with a large mean.
     """
     xp = op.xp
     xdt = namespace_dtype(xp, op.dtype)
@@ -191,7 +194,7 @@ def _solve_sparse_cg(op, Y, sample_weight, fit_intercept, alphas, tol, max_iter)
     Returns ``(coef (n_targets, n_features), intercept (n_targets,), n_iter)``.
     """
     stats = centered_gram(op, sample_weight, fit_intercept, Y, gram=False)
-    product = _normal_product(op, sample_weight, stats.mu)
+    product = _normal_product(*centered_products(op, stats), sample_weight)
     coef, n_iter, converged = _conjugate_gradient(
         product, stats.rhs, alphas, tol, max_iter
     )
@@ -226,7 +229,7 @@ def _solve_positive(op, Y, sample_weight, fit_intercept, alphas, tol, max_iter):
             return G @ V
 
     else:
-        product = _normal_product(op, sample_weight, stats.mu)
+        product = _normal_product(*centered_products(op, stats), sample_weight)
     n_features, n_targets = stats.rhs.shape
     options = {} if max_iter is None else {"maxiter": max_iter}
     coef = np.zeros((n_targets, n_features))
@@ -516,6 +519,7 @@ class FactorizedRidge(
             sample_weight,
             target=_regression_target,
             strategy=self.strategy,
+            non_negative_weights=True,
         )
         self._fit_targets(op, Y, sample_weight, y_ndim)
         return self
@@ -684,6 +688,7 @@ class FactorizedRidgeClassifier(_RidgeFit, DeviceMixin, ClassifierMixin, BaseEst
             sample_weight,
             target=_class_codes_target,
             strategy=self.strategy,
+            non_negative_weights=True,
         )
         if self.class_weight:
             reweighting = compute_sample_weight(self.class_weight, y)

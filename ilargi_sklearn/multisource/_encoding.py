@@ -235,6 +235,13 @@ def _sorted_order(levels: pd.Index) -> np.ndarray:
 
 
 def _check_numeric(s: pd.Series, label: str, col: str) -> None:
+    if pd.api.types.is_complex_dtype(s.dtype):
+        raise ValueError(
+            f"Complex data not supported: source {label!r}, column {col!r} has "
+            f"complex dtype {s.dtype}; datasets, "
+            "as scikit-learn's estimators, take real values only. Pass the real "
+            "part, or the real and imaginary parts as two columns."
+        )
     if not (
         pd.api.types.is_numeric_dtype(s.dtype) or pd.api.types.is_bool_dtype(s.dtype)
     ):
@@ -283,10 +290,32 @@ def _float_block(
     ):
         return None
     values = frame[list(features)].to_numpy()
-    if not np.isfinite(values).all():
+    if not np.isfinite(values).all() or _overflows(values, dtype):
         return None
     # A copy in every case: the result never shares memory with the frame.
     return np.array(values, dtype=dtype, order="C")
+
+
+def _overflows(values: np.ndarray, dtype: np.dtype) -> bool:
+    """Whether casting the finite ``values`` to ``dtype`` overflows to infinity."""
+    dtype = np.dtype(dtype)
+    if values.dtype.itemsize <= dtype.itemsize or not values.size:
+        return False
+    return bool(np.nanmax(np.abs(values)) > np.finfo(dtype).max)
+
+
+def _check_range(v: np.ndarray, dtype: np.dtype, label: str, col: str) -> None:
+    """Refuse values of a numeric column beyond ``dtype``'s range: cast, they
+    would be infinite, which is no missing value to impute."""
+    if _overflows(v, dtype):
+        top = float(np.finfo(dtype).max)
+        largest = float(np.nanmax(np.abs(v)))
+        raise ValueError(
+            f"source {label!r}, column {col!r} has values up to {largest:.3g}, "
+            f"beyond the range of {np.dtype(dtype).name} ({top:.3g}): they would "
+            "overflow to infinity. Build the dataset with dtype=np.float64, or "
+            "rescale the column."
+        )
 
 
 def encode_table(
@@ -375,6 +404,7 @@ def encode_table(
             continue
         _check_numeric(s, enc.name, c.column)
         v = _numeric_values(s, c, enc.name, used, impute_hint)
+        _check_range(v, dtype, enc.name, c.column)
         if direct is not None:
             direct[:, j] = v
         else:

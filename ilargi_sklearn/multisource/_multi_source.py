@@ -205,7 +205,41 @@ class MultiSourceDataset:
         Returns
         -------
         MultiSourceDataset
+
+        Notes
+        -----
+        Index vectors are checked (integers in ``[-1, r_k)``, one per target row)
+        and copied: the dataset owns its copies, so that a later write to the
+        caller's arrays never changes it (and no kernel reads outside a source).
         """
+        return cls._from_matrices(
+            sources,
+            indicators,
+            mappings,
+            feature_names,
+            source_names=source_names,
+            priority=priority,
+            dtype=dtype,
+            copy_indicators=True,
+            allow_nan=allow_nan,
+        )
+
+    @classmethod
+    def _from_matrices(
+        cls,
+        sources: Sequence[Any],
+        indicators: Sequence[Any],
+        mappings: Sequence[Any] | None = None,
+        feature_names: Sequence[str] | None = None,
+        *,
+        source_names: Sequence[str] | None = None,
+        priority: Sequence[int] | None = None,
+        dtype: Any = np.float64,
+        copy_indicators: bool,
+        allow_nan: bool = False,
+    ) -> MultiSourceDataset:
+        """:meth:`from_matrices`; ``copy_indicators=False`` takes index vectors
+        that nobody else holds (the builder's) without copying them."""
         if any(type(S).__module__.split(".")[0] == "dask" for S in sources):
             if allow_nan:
                 raise TypeError("allow_nan=True is not supported for Dask sources.")
@@ -237,7 +271,12 @@ class MultiSourceDataset:
             else:
                 if not (isinstance(ind, np.ndarray) or sp.issparse(ind)):
                     ind = to_numpy(ind) if hasattr(ind, "shape") else ind
-                idxs.append(indicator_to_index(ind, checked[k].shape[0], names[k]))
+                idx = indicator_to_index(ind, checked[k].shape[0], names[k])
+                if copy_indicators and not sp.issparse(ind):
+                    # The caller keeps its array (or the memory of its Series): a
+                    # later write to it must not reach the dataset.
+                    idx = idx.copy()
+                idxs.append(idx)
         lengths = {
             (checked[k].shape[0] if idx is None else idx.shape[0])
             for k, idx in enumerate(idxs)
@@ -642,9 +681,12 @@ class MultiSourceDataset:
         Columns: ``how``, ``on`` (the key equation), ``rows`` (rows the join was
         applied to: those its left table matched), ``matched``, ``fraction``,
         ``null_keys`` (rows whose key is missing: they match nothing),
-        ``unmatched_keys`` (a few key values that found no partner) and
-        ``hazards`` (likely key mistakes, looked for when the fraction is below
-        ``min_match``). None for datasets built from matrices.
+        ``unmatched_keys`` (a few key values that found no partner), ``hazards``
+        (likely key mistakes, looked for whenever a key is unmatched),
+        ``rows_out`` (rows after the join), ``fan_out`` (rows of the table per
+        matched row: 1 for a lookup, more where keys repeat in the table) and
+        ``repeated_keys`` (a few keys that matched several rows). None for
+        datasets built from matrices.
         """
         if self._match_report is None:
             return None
@@ -657,6 +699,9 @@ class MultiSourceDataset:
             "null_keys",
             "unmatched_keys",
             "hazards",
+            "rows_out",
+            "fan_out",
+            "repeated_keys",
         ]
         frame = pd.DataFrame(self._match_report, columns=["join", *columns])
         return frame.set_index("join")
@@ -713,7 +758,10 @@ class MultiSourceDataset:
         >>> base = pd.DataFrame({"k": [1, 2, 3], "y": [10.0, 20.0, 30.0]})
         >>> dim = pd.DataFrame({"k": [1, 3, 3], "z": [0.5, 1.5, 2.5]})
         >>> ds = MultiSourceDataset.from_frames(
-        ...     base, joins=[Join(dim, on="k", features=["z"], how="inner")]
+        ...     base,
+        ...     joins=[
+        ...         Join(dim, on="k", features=["z"], how="inner", validate="1:m")
+        ...     ],
         ... )
         >>> ds.base_rows_
         array([0, 2, 2])
