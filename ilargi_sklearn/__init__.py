@@ -17,6 +17,10 @@ from ilargi_sklearn.decomposition import (
     FactorizedPCA,
     FactorizedTruncatedSVD,
 )
+from ilargi_sklearn.ensemble import (
+    FactorizedHistGradientBoostingClassifier,
+    FactorizedHistGradientBoostingRegressor,
+)
 from ilargi_sklearn.linear_model import (
     FactorizedElasticNet,
     FactorizedElasticNetCV,
@@ -110,6 +114,8 @@ __all__ = [
     "FactorizedElasticNetCV",
     "FactorizedGNMF",
     "FactorizedGammaRegressor",
+    "FactorizedHistGradientBoostingClassifier",
+    "FactorizedHistGradientBoostingRegressor",
     "FactorizedKMeans",
     "FactorizedLasso",
     "FactorizedLassoCV",

@@ -184,8 +184,8 @@ def _frame_cases():
         (
             "bad impute",
             ValueError,
-            "impute of table 'dim' must be None, 'zero', 'mean', 'median', 'joined_mean' "
-            "or a finite number, got 'average'",
+            "impute of table 'dim' must be None, 'zero', 'mean', 'median', 'joined_mean', "
+            "'missing' or a finite number, got 'average'",
             lambda: from_frames(
                 base,
                 ["a"],

@@ -117,13 +117,15 @@ class Join:
     categorical : list of str, optional
         Feature columns to one-hot encode even if numeric. Object, string and
         categorical dtypes are one-hot encoded automatically.
-    impute : {"zero", "mean", "median", "joined_mean"} or float, optional
+    impute : {"zero", "mean", "median", "joined_mean", "missing"} or float, optional
         Replacement for NaN in this table's numeric features; default: NaN raises a
         ``ValueError``. ``"mean"`` and ``"median"`` are computed over the table's
         own rows; ``"joined_mean"`` is the mean over the dataset's rows (a table row
         counts once per dataset row that takes it), which is what
-        ``SimpleImputer`` computes on the joined table. For categorical features
-        any imputation maps NaN to an all-zero one-hot row.
+        ``SimpleImputer`` computes on the joined table. ``"missing"`` keeps NaN as
+        a missing value (a dataset that ``allows_nan``, for the estimators that
+        route missing values, such as the gradient-boosted trees). For categorical
+        features any imputation maps NaN to an all-zero one-hot row.
     indicator : bool, default=False
         Add a feature ``"{name}__matched"`` that is 1 on target rows this table
         matched and 0 elsewhere (useful with left joins).
@@ -1161,6 +1163,7 @@ def build(
         priority=src_prio,
         dtype=dtype,
         copy_indicators=False,  # the index vectors are the builder's own
+        allow_nan=any(spec[2] == "missing" for spec in specs.values()),
     )
     if not fitted:
         schema = replace(

@@ -28,9 +28,9 @@ __all__ = [
     "is_categorical",
 ]
 
-Impute = Literal["zero", "mean", "median", "joined_mean"] | float | None
+Impute = Literal["zero", "mean", "median", "joined_mean", "missing"] | float | None
 HandleUnknown = Literal["warn", "ignore", "error"]
-IMPUTE_NAMES = ("zero", "mean", "median", "joined_mean")
+IMPUTE_NAMES = ("zero", "mean", "median", "joined_mean", "missing")
 HANDLE_UNKNOWN = ("warn", "ignore", "error")
 
 #: Values from which a table's float features are copied as one block
@@ -55,11 +55,12 @@ class ColumnEncoding:
         A float column, or one 0/1 column per category.
     categories : tuple
         The categories of a one-hot column, in the order of its columns.
-    impute : {"zero", "mean", "median", "joined_mean"}, float or None
+    impute : {"zero", "mean", "median", "joined_mean", "missing"}, float or None
         The imputation asked for (None: a missing value is an error).
     fill : float or None
-        The value that replaces a missing number (None without imputation). A
-        missing category is an all-zero row when ``impute`` is set.
+        The value that replaces a missing number (None without imputation, and
+        for ``"missing"``, which keeps NaN). A missing category is an all-zero
+        row when ``impute`` is set.
     dtype : str
         The column's dtype in the training frame (to explain a mismatch).
     """
@@ -138,7 +139,7 @@ def check_impute(impute: Any, label: str, arg: str) -> None:
     if not valid:
         raise ValueError(
             f"{arg} of table {label!r} must be None, 'zero', 'mean', 'median', "
-            f"'joined_mean' or a finite number, got {impute!r}."
+            f"'joined_mean', 'missing' or a finite number, got {impute!r}."
         )
 
 
@@ -188,7 +189,12 @@ def derive_encoding(
             codes_of[col] = codes
         else:
             _check_numeric(s, label, col)
-            fill = None if impute is None else _fill_value(s, impute, counts)
+            # "missing" keeps NaN (for estimators that route missing values).
+            fill = (
+                None
+                if impute is None or impute == "missing"
+                else _fill_value(s, impute, counts)
+            )
             columns.append(
                 ColumnEncoding(col, "numeric", (), impute, fill, str(s.dtype))
             )
@@ -466,6 +472,9 @@ def _numeric_values(
         raise ValueError(
             f"source {label!r}, column {c.column!r} contains infinite values."
         )
+    if c.impute == "missing":
+        # NaN stays: the dataset holds missing values (``allows_nan``).
+        return v
     if bad_used.any() and c.fill is None:
         raise ValueError(
             f"source {label!r}, column {c.column!r} has {int(bad_used.sum())} NaN "

@@ -140,8 +140,13 @@ class MultiSourceDataset:
         *,
         base_source: int | None = None,
         categories: dict[str, list[Any]] | None = None,
+        allows_nan: bool = False,
     ) -> None:
         self._op = operator
+        # Built with NaN kept as missing values (``allow_nan=True``): only the
+        # estimators that route missing values take it (``validate_X``).
+        self._allows_nan = bool(allows_nan)
+        self._has_nan: str | bool | None = None
         self._feature_names = np.asarray(list(feature_names), dtype=object)
         if self._feature_names.shape[0] != operator.n_cols:
             raise ValueError(
@@ -181,6 +186,7 @@ class MultiSourceDataset:
         source_names: Sequence[str] | None = None,
         priority: Sequence[int] | None = None,
         dtype: Any = np.float64,
+        allow_nan: bool = False,
     ) -> MultiSourceDataset:
         """Build a dataset from source matrices, indicators and mappings.
 
@@ -204,6 +210,11 @@ class MultiSourceDataset:
             the order of the sources (DESIGN.md 2.1).
         dtype : {np.float64, np.float32}, default=np.float64
             Dtype of the sources and of every operator result.
+        allow_nan : bool, default=False
+            Keep NaN in the sources as missing values (infinite values still
+            raise). Such a dataset is taken by the estimators that route missing
+            values (the gradient-boosted trees); the others raise a
+            ``ValueError`` on it, and its products propagate NaN.
 
         Returns
         -------
@@ -224,6 +235,7 @@ class MultiSourceDataset:
             priority=priority,
             dtype=dtype,
             copy_indicators=True,
+            allow_nan=allow_nan,
         )
 
     @classmethod
@@ -238,10 +250,13 @@ class MultiSourceDataset:
         priority: Sequence[int] | None = None,
         dtype: Any = np.float64,
         copy_indicators: bool,
+        allow_nan: bool = False,
     ) -> MultiSourceDataset:
         """:meth:`from_matrices`; ``copy_indicators=False`` takes index vectors
         that nobody else holds (the builder's) without copying them."""
         if any(type(S).__module__.split(".")[0] == "dask" for S in sources):
+            if allow_nan:
+                raise TypeError("allow_nan=True is not supported for Dask sources.")
             return _dask_from_matrices(
                 sources,
                 indicators,
@@ -341,6 +356,7 @@ class MultiSourceDataset:
                     feature_names[c] if c >= 0 else f"unused column {j}"
                     for j, c in enumerate(cm)
                 ],
+                allow_nan=allow_nan,
             )
         op = build_factorized(checked, rowmaps, colmaps, n_cols, dtype, priority)
         if on_device:
@@ -353,7 +369,7 @@ class MultiSourceDataset:
                 terms.append(Term(t.S, moved[id(t.rows)], t.cols, t.source))
             op = FactorizedMatrix(terms, op.n_rows, op.n_cols, dtype)
         base = next((k for k, idx in enumerate(idxs) if idx is None), None)
-        return cls(op, feature_names, names, base_source=base)
+        return cls(op, feature_names, names, base_source=base, allows_nan=allow_nan)
 
     @classmethod
     def from_frames(
@@ -424,7 +440,13 @@ class MultiSourceDataset:
             row_off += len(d)
             src_off += d.n_sources
         op = FactorizedMatrix(terms, n_rows, first.shape[1], first.dtype)
-        out = cls(op, first.feature_names, names, categories=first.categories_)
+        out = cls(
+            op,
+            first.feature_names,
+            names,
+            categories=first.categories_,
+            allows_nan=any(d.allows_nan for d in datasets),
+        )
         out.schema_ = (
             first.schema_ if all(d.schema_ == first.schema_ for d in datasets) else None
         )
@@ -455,6 +477,31 @@ class MultiSourceDataset:
     def feature_names(self) -> np.ndarray:
         """Names of the target columns, ``"{source}__{column}"``."""
         return self._feature_names.copy()
+
+    @property
+    def allows_nan(self) -> bool:
+        """Whether the dataset was built keeping NaN as missing values
+        (``from_matrices(allow_nan=True)``, ``Join(impute="missing")``)."""
+        return getattr(self, "_allows_nan", False)
+
+    def nan_source(self) -> str | None:
+        """The name of a source holding NaN (None when none does).
+
+        Only a dataset that :attr:`allows_nan` can hold NaN; the answer is
+        computed once (the sources are never modified).
+        """
+        if not self.allows_nan:
+            return None
+        if getattr(self, "_has_nan", None) is None:
+            found: str | bool = False
+            for t in self._factorized().terms:
+                S = to_numpy(t.S)
+                vals = S.data if sp.issparse(S) else S
+                if np.isnan(vals).any():
+                    found = self._source_names[t.source]
+                    break
+            self._has_nan = found
+        return self._has_nan or None
 
     @property
     def source_names(self) -> list[str]:
@@ -626,6 +673,7 @@ class MultiSourceDataset:
             self._source_names,
             base_source=self._base_source,
             categories=self.categories_,
+            allows_nan=self._allows_nan,
         )
         out.schema_ = self.schema_
         out._match_report = self._match_report

@@ -115,22 +115,36 @@ def _check_range(
     )
 
 
-def check_finite(S: Any, name: str, feature_names: Sequence[Any] | None = None) -> None:
-    """Raise a ``ValueError`` naming the source and column if ``S`` has NaN or inf."""
+def check_finite(
+    S: Any,
+    name: str,
+    feature_names: Sequence[Any] | None = None,
+    *,
+    allow_nan: bool = False,
+) -> None:
+    """Raise a ``ValueError`` naming the source and column if ``S`` has NaN or inf
+    (inf only, with ``allow_nan``)."""
     xp = get_namespace(S)
+    vals = S.data if is_sparse(S) else S
     # One reduction in the source's namespace; the host copy only on the error path.
-    if bool(xp.all(xp.isfinite(S.data if is_sparse(S) else S))):
+    ok = ~xp.isinf(vals) if allow_nan else xp.isfinite(vals)
+    if bool(xp.all(ok)):
         return
     S = to_numpy(S)
-    finite = np.isfinite(S.data if sp.issparse(S) else S)
+    vals = S.data if sp.issparse(S) else S
+    finite = ~np.isinf(vals) if allow_nan else np.isfinite(vals)
     if sp.issparse(S):
         bad_col = int(S.indices[np.nonzero(~finite)[0][0]])
     else:
         bad_col = int(np.nonzero(~finite.all(axis=0))[0][0])
     col = feature_names[bad_col] if feature_names is not None else bad_col
+    if allow_nan:
+        raise ValueError(f"source {name!r}, column {col!r} contains infinite values.")
     raise ValueError(
         f"source {name!r}, column {col!r} contains NaN or infinite values; "
-        "impute them first (from_frames accepts impute=...)."
+        "impute them first (from_frames accepts impute=...), or keep NaN as "
+        "missing values for the estimators that route them (allow_nan=True, "
+        "impute='missing')."
     )
 
 

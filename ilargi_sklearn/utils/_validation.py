@@ -308,6 +308,7 @@ def validate_X(
                 )
         if ensure_non_negative:
             _check_non_negative_operator(X.operator, name)
+        _check_missing_values(estimator, X, name)
         op = X.operator_for(strategy)
         # The operator does not know the dataset it came from: the statistics
         # cache (utils._stats.centered_gram) learns it here, for every estimator.
@@ -327,6 +328,28 @@ def validate_X(
 
         return MatrixOperator(asarray_on(X, xp_cupy))
     return MatrixOperator(X)
+
+
+def _check_missing_values(estimator: Any, X: MultiSourceDataset, name: str) -> None:
+    """A dataset holding NaN (built with ``allow_nan=True``) reaches only the
+    estimators whose tags allow NaN: in the others' products NaN would spread."""
+    if not X.allows_nan:
+        return
+    try:
+        allow = estimator.__sklearn_tags__().input_tags.allow_nan
+    except AttributeError:  # pragma: no cover - not a scikit-learn estimator
+        allow = False
+    if allow:
+        return
+    source = X.nan_source()
+    if source is not None:
+        raise ValueError(
+            f"the dataset holds missing values (NaN) in source {source!r}, kept by "
+            f"allow_nan=True or impute='missing'; {name} does not take missing "
+            "values. Impute them (Join(impute='mean'), ...), or use an estimator "
+            "that routes them (FactorizedHistGradientBoostingRegressor or "
+            "FactorizedHistGradientBoostingClassifier)."
+        )
 
 
 def _check_non_negative_operator(op: Operator, name: str) -> None:
