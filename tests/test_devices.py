@@ -124,14 +124,14 @@ def test_linear_gd_on_strict_device_equals_numpy(weighted):
 
 def test_linear_sparse_on_device_is_unsupported():
     from ilargi_sklearn._backend._plan import UnsupportedOnDeviceError
-    from ilargi_sklearn.linear_model import _linear
+    from ilargi_sklearn.linear_model import _base
 
     class SparseOnDevice:
         is_sparse = True
         xp = xps
 
     with pytest.raises(UnsupportedOnDeviceError, match="device='cpu'"):
-        _linear._check_device_support(SparseOnDevice())
+        _base._check_device_support(SparseOnDevice())
 
 
 def test_linear_regression_on_strict_arrays_and_pickle():

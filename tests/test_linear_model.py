@@ -13,7 +13,7 @@ from scipy.optimize import check_grad
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.linear_model import LinearRegression, LogisticRegression
 
-import ilargi_sklearn.linear_model._linear as linear_module
+import ilargi_sklearn.linear_model._least_squares as least_squares
 from ilargi_sklearn import MultiSourceDataset
 from ilargi_sklearn.linear_model import (
     FactorizedLinearRegression,
@@ -161,7 +161,7 @@ def test_linear_sparse_input_and_lsqr_path(monkeypatch):
     np.testing.assert_allclose(dense_gram.coef_, ref.coef_, rtol=1e-8)
     assert dense_gram.n_iter_ == 1
     # Force the large-sparse path: LSQR on the implicitly centered operator.
-    monkeypatch.setattr(linear_module, "_MAX_DENSE_GRAM_FEATURES", 10)
+    monkeypatch.setattr(least_squares, "_MAX_DENSE_GRAM_FEATURES", 10)
     # At the default tol=1e-6 both libraries run the same LSQR on sparse input:
     # the same iterations, the same (1e-6-precise) solution.
     sk_sparse = LinearRegression().fit(X, y, sample_weight=sw)
@@ -209,7 +209,7 @@ def test_lsqr_is_scipys_with_the_residual_updated_in_place(shape, tol, iter_lim)
         seen.append(u)
         return A.T @ u
 
-    x, n_iter = linear_module._lsqr(
+    x, n_iter = least_squares._lsqr(
         lambda v: A @ v, rmatvec, b.copy(), A.shape[1], tol, tol, iter_lim=iter_lim
     )
     assert n_iter == ref[2]
@@ -572,7 +572,7 @@ def test_linear_wide_sparse_dataset_uses_lsqr_like_sklearn():
     # LinearRegression also uses for sparse input; the predictions agree.
     rng = np.random.default_rng(23)
     n_rows, dim_rows = 2000, 60
-    n_dim_cols = linear_module._MAX_DENSE_GRAM_FEATURES + 5
+    n_dim_cols = least_squares._MAX_DENSE_GRAM_FEATURES + 5
     base = sp.csr_matrix(rng.standard_normal((n_rows, 3)))
     hot = rng.integers(0, n_dim_cols, (dim_rows, 2))
     dim = sp.csr_matrix(
@@ -601,7 +601,7 @@ def test_linear_dense_data_keep_the_exact_path_above_the_sparse_threshold(
 ):
     # The LSQR switch is for sparse data only: dense data of any width keep the
     # normal equations (scikit-learn parity, minimum-norm on rank deficiency).
-    monkeypatch.setattr(linear_module, "_MAX_DENSE_GRAM_FEATURES", 3)
+    monkeypatch.setattr(least_squares, "_MAX_DENSE_GRAM_FEATURES", 3)
     rng = np.random.default_rng(29)
     X = rng.standard_normal((200, 6))
     X = np.column_stack([X, X[:, 0] + X[:, 1]])  # rank-deficient
@@ -701,9 +701,9 @@ def test_refinement_runs_only_where_it_can_matter(case, refines, monkeypatch):
     if case == "large target mean":
         y += 1e7
     calls = []
-    predict = linear_module._predict64
+    predict = least_squares._predict64
     monkeypatch.setattr(
-        linear_module,
+        least_squares,
         "_predict64",
         lambda op, coef: calls.append(1) or predict(op, coef),
     )

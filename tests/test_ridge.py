@@ -16,16 +16,15 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils._param_validation import InvalidParameterError
 
-import ilargi_sklearn.linear_model._linear as linear_module
+import ilargi_sklearn.linear_model._least_squares as least_squares
 from ilargi_sklearn import MultiSourceDataset
 from ilargi_sklearn._backend._namespace import get_namespace
 from ilargi_sklearn._backend._plan import UnsupportedOnDeviceError
 from ilargi_sklearn.linear_model import (
     FactorizedRidge,
     FactorizedRidgeClassifier,
-    _linear,
 )
-from ilargi_sklearn.linear_model._ridge import _fit_ridge
+from ilargi_sklearn.linear_model._ridge import _ridge_regression
 from ilargi_sklearn.multisource import MatrixOperator
 from ilargi_sklearn.preprocessing import FactorizedStandardScaler
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
@@ -100,13 +99,13 @@ def test_cholesky_matches_sklearn_and_materialized_on_every_scenario(scenario):
 def test_one_factorization_per_distinct_alpha(monkeypatch):
     ds, T, Y, _ = _data(2, "star", n_targets=3)
     calls = []
-    original = linear_module._psd_solver
+    original = least_squares._psd_solver
 
     def counting(G, *args):
         calls.append(G.shape)
         return original(G, *args)
 
-    monkeypatch.setattr(linear_module, "_psd_solver", counting)
+    monkeypatch.setattr(least_squares, "_psd_solver", counting)
     FactorizedRidge(alpha=2.0).fit(ds, Y)
     assert len(calls) == 1
     calls.clear()
@@ -177,7 +176,7 @@ def test_damped_lsqr_is_scipys():
     for damp in (0.3, 3.0):
         for tol in (1e-6, 1e-12):
             ref = lsqr(A, b, damp=damp, atol=tol, btol=tol)
-            x, n_iter = linear_module._lsqr(
+            x, n_iter = least_squares._lsqr(
                 lambda v: A @ v, lambda u: A.T @ u, b.copy(), 40, tol, tol, damp=damp
             )
             assert n_iter == ref[2]
@@ -245,7 +244,7 @@ def test_auto_solver_choice_and_log(monkeypatch, caplog):
         assert FactorizedRidge().fit(X, y).solver_ == "cholesky"
         assert "runs 'cholesky'" in caplog.text
         # Above the least-squares threshold (one for both), sparse data go to LSQR.
-        monkeypatch.setattr(linear_module, "_MAX_DENSE_GRAM_FEATURES", 20)
+        monkeypatch.setattr(least_squares, "_MAX_DENSE_GRAM_FEATURES", 20)
         est = FactorizedRidge(tol=1e-12).fit(X, y)
         assert est.solver_ == "lsqr" and "runs 'lsqr'" in caplog.text
     exact = Ridge(solver="cholesky").fit(X.toarray(), y)
@@ -267,13 +266,22 @@ class _ProductsOnly(MatrixOperator):
 @pytest.mark.parametrize("positive", [False, True])
 def test_operators_that_prefer_products_never_form_the_gram(positive, monkeypatch):
     # Wider than the dense-gram threshold (lowered to the test's width).
-    monkeypatch.setattr(_linear, "_MAX_DENSE_GRAM_FEATURES", 4)
+    monkeypatch.setattr(least_squares, "_MAX_DENSE_GRAM_FEATURES", 4)
     rng = np.random.default_rng(9)
     X = rng.standard_normal((200, 8))
     y = X @ rng.uniform(0, 2, 8) + 1.0 + 0.1 * rng.standard_normal(200)
-    est = FactorizedRidge(alpha=2.0, tol=1e-12, positive=positive)
     Y = y[:, None]
-    coef, intercept, n_iter, solver = _fit_ridge(est, _ProductsOnly(X), Y, None)
+    coef, intercept, n_iter, solver = _ridge_regression(
+        _ProductsOnly(X),
+        Y,
+        alpha=2.0,
+        sample_weight=None,
+        solver="auto",
+        positive=positive,
+        tol=1e-12,
+        max_iter=None,
+        fit_intercept=True,
+    )
     # Conjugate gradients converge far within the gram's cost: no gram formed.
     assert solver == ("lbfgs" if positive else "sparse_cg") and n_iter[0] > 1
     ref = Ridge(alpha=2.0, positive=positive, tol=1e-12).fit(X, y)
