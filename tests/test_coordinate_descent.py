@@ -524,3 +524,34 @@ def test_compile_failure_falls_back_to_python(monkeypatch, caplog):
     # The gram was computed by the compiled gram kernels in the planted run only.
     assert_close(est.coef_, ref.coef_, kind="compiled", scale=1.0)
     assert est.n_iter_ == ref.n_iter_
+
+
+# ------------------------------------------------------------------ the kernel
+@pytest.mark.parametrize("scenario", ["star", "sparse"])
+def test_enet_kernel_takes_explicit_arguments(scenario):
+    # The kernel of FactorizedElasticNet and of the CV estimators' refit: the
+    # gram statistics and scikit-learn's parameters, nothing read off an
+    # estimator; each target fitted on its own.
+    from ilargi_sklearn.linear_model._coordinate_descent import _enet_fit_gram
+
+    ds, y = regression_data(3, scenario)
+    T = ds.materialize("dense")
+    Y = np.column_stack([y, -0.5 * y + 1.0])
+    sw = _weights(Y.shape[0])
+    kw = dict(alpha=0.05, l1_ratio=0.7, **EXACT[np.dtype(ds.dtype)])
+    stats = centered_gram(ds.operator, sw, True, Y)
+    coef, intercept, dual_gap, n_iter = _enet_fit_gram(
+        stats,
+        coef_init=None,
+        random_state=None,
+        selection="cyclic",
+        positive=False,
+        dtype=ds.dtype,
+        **kw,
+    )
+    assert coef.shape == (2, T.shape[1]) and len(n_iter) == 2
+    ref = ElasticNet(**kw).fit(T, Y, sample_weight=sw)
+    scale = float(np.abs(ref.coef_).max())
+    assert_close(coef, ref.coef_, dtype=ds.dtype, kind="solver", scale=scale)
+    assert_close(intercept, ref.intercept_, dtype=ds.dtype, kind="solver", scale=scale)
+    assert np.all(dual_gap >= 0)

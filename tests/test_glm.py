@@ -486,3 +486,30 @@ def test_tags_follow_the_targets_domain():
         theirs = TweedieRegressor(power=power).__sklearn_tags__()
         assert ours.target_tags.positive_only == theirs.target_tags.positive_only
         assert ours.input_tags.sparse
+
+
+# ------------------------------------------------------------------ the kernel
+def test_glm_kernel_takes_explicit_arguments():
+    # The kernel of the GLMs: the loss and scikit-learn's parameters, explicit.
+    from ilargi_sklearn.linear_model._glm import _glm_regression
+
+    ds, y = glm_data(2, scenario="star", family="poisson")
+    T = ds.materialize("dense")
+    w0 = np.zeros(T.shape[1] + 1)
+    w0[-1] = np.log(y.mean())  # scikit-learn's start: the intercept-only model
+    coef, intercept, n_iter = _glm_regression(
+        ds.operator,
+        np.asarray(y, dtype=np.float64),
+        loss=HalfTweedie(1.0),
+        sample_weight=None,
+        sw_sum=float(y.shape[0]),
+        alpha=1e-3,
+        fit_intercept=True,
+        max_iter=1000,
+        tol=1e-10,
+        w0=w0,
+    )
+    ref = PoissonRegressor(alpha=1e-3, max_iter=1000, tol=1e-10).fit(T, y)
+    assert_close(coef, ref.coef_, kind="iterative", scale=np.abs(ref.coef_).max())
+    assert_close(intercept[0], ref.intercept_, kind="iterative")
+    assert 0 < n_iter <= 1000

@@ -409,3 +409,24 @@ def test_glm_compile_failure_falls_back_to_numpy(monkeypatch, caplog):
     assert "could not compile" in caplog.text
     assert not _launcher.numba_available()
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-10)
+
+
+def test_a_fit_makes_its_compiled_objective_once(monkeypatch, spy_plan):
+    # Chosen once per fit (not looked up per evaluation), made once per path of
+    # Cs, and gone with the fit.
+    made = []
+    original = _fused_loss._FusedBinomial.__init__
+
+    def init(self, *args, **kwargs):
+        made.append(weakref.ref(self))
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(_fused_loss._FusedBinomial, "__init__", init)
+    ds = random_dataset(6, n_rows=400, scenario="star")
+    y = dense(ds)[:, 0] + 0.5 * np.random.default_rng(0).random(400) > 0.5
+    FactorizedLogisticRegression(C=0.5, tol=1e-10, max_iter=500).fit(ds, y)
+    assert len(made) == 1 and len(spy_plan) > 5
+    FactorizedPoissonRegressor(alpha=1e-3).fit(ds, np.exp(dense(ds)[:, 0] / 4))
+    assert len(made) == 2
+    gc.collect()
+    assert all(plan() is None for plan in made)

@@ -541,3 +541,63 @@ def test_ridge_loo_wide_and_zero_weights_match_sklearn():
     est = FactorizedLassoCV(**TIGHT).fit(X, y, sw)
     ref = LassoCV(**TIGHT).fit(X, y, sample_weight=sw)
     _assert_same_path(est, ref, np.float64)
+
+
+# ------------------------------------------------------------ the refit's solver
+def test_ridge_folds_refit_with_the_solver_that_scored_the_candidates(monkeypatch):
+    # The folds' candidates are exact solves of the penalized gram; the refit is
+    # one too (FactorizedRidge's "cholesky"), also where FactorizedRidge's
+    # "auto" would iterate (wide sparse data: LSQR stopped at its tol).
+    import ilargi_sklearn.linear_model._least_squares as least_squares
+    from ilargi_sklearn.linear_model import FactorizedRidge
+
+    monkeypatch.setattr(least_squares, "_MAX_DENSE_GRAM_FEATURES", 4)
+    rng = np.random.default_rng(3)
+    X = sp.random(300, 12, density=0.3, random_state=rng, format="csr")
+    y = X @ rng.standard_normal(12) + 0.5 * rng.standard_normal(300)
+    est = FactorizedRidgeCV(alphas=[0.01, 0.1, 1.0], cv=3).fit(X, y)
+    assert FactorizedRidge(alpha=est.alpha_).fit(X, y).solver_ == "lsqr"
+    exact = FactorizedRidge(alpha=est.alpha_, solver="cholesky").fit(X, y)
+    np.testing.assert_allclose(est.coef_, exact.coef_, rtol=1e-12, atol=1e-14)
+    ref = RidgeCV(alphas=[0.01, 0.1, 1.0], cv=3).fit(X.toarray(), y)
+    assert est.alpha_ == ref.alpha_
+    assert_close(est.coef_, ref.coef_, kind="solver", scale=1.0)
+
+
+# -------------------------------------------------------- pickles of old paths
+@pytest.mark.parametrize(
+    "est, new",
+    [
+        (FactorizedRidgeCV(alphas=ALPHAS), "_ridge_cv"),
+        (FactorizedLassoCV(cv=3), "_coordinate_descent_cv"),
+        (FactorizedElasticNetCV(cv=3), "_coordinate_descent_cv"),
+    ],
+    ids=["ridge", "lasso", "enet"],
+)
+def test_models_pickled_before_the_cv_split_load(est, new):
+    # A pickle of a model fitted before the CV estimators moved names their old
+    # module, linear_model._cv: it loads (with a FutureWarning), as the model.
+    import pickle
+    import subprocess
+    import sys
+
+    ds, y = _noisy("star")
+    est.fit(ds, y)
+    old = pickle.dumps(est, protocol=0).replace(
+        f"ilargi_sklearn.linear_model.{new}\n".encode(),
+        b"ilargi_sklearn.linear_model._cv\n",
+    )
+    assert b"ilargi_sklearn.linear_model._cv\n" in old
+    with pytest.warns(FutureWarning, match="moved to ilargi_sklearn.linear_model"):
+        back = pickle.loads(old)
+    assert type(back) is type(est)
+    np.testing.assert_array_equal(back.predict(ds), est.predict(ds))
+    # In a fresh process, unpickling alone (no import of ilargi_sklearn first).
+    code = (
+        "import pickle, sys, warnings; warnings.simplefilter('ignore');"
+        "obj = pickle.loads(sys.stdin.buffer.read()); print(type(obj).__module__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], input=old, capture_output=True, check=True
+    )
+    assert out.stdout.decode().strip() == f"ilargi_sklearn.linear_model.{new}"

@@ -533,3 +533,48 @@ def test_float32_follows_the_data_dtype():
     m32 = FactorizedRidge().fit(ds32, Y)
     assert m32.coef_.dtype == np.float32 and m32.predict(ds32).dtype == np.float32
     assert_close(m32.coef_, m64.coef_, dtype=np.float32, kind="solver", scale=1.0)
+
+
+# ------------------------------------------------------------------ the kernel
+@pytest.mark.parametrize("scenario", ["star", "sparse"])
+def test_ridge_regression_kernel_takes_explicit_arguments(scenario, monkeypatch):
+    # The kernel of FactorizedRidge and of RidgeCV's refit, as scikit-learn's
+    # _ridge_regression: all parameters explicit, nothing read off an estimator.
+    # With the statistics given, the direct solve forms no gram of its own.
+    from ilargi_sklearn.multisource import FactorizedMatrix, set_statistics_cache
+    from ilargi_sklearn.utils._stats import centered_gram
+
+    ds, T, Y, sw = _data(4, scenario)
+    op = ds.operator
+    kw = dict(
+        alpha=[0.5, 2.0],
+        sample_weight=sw,
+        solver="auto",
+        positive=False,
+        tol=1e-4,
+        max_iter=None,
+        fit_intercept=True,
+    )
+    coef, intercept, n_iter, solver = _ridge_regression(op, Y, **kw)
+    assert solver == "cholesky" and n_iter.tolist() == [1, 1]
+    ref = Ridge(alpha=[0.5, 2.0], solver="cholesky").fit(T, Y, sample_weight=sw)
+    scale = float(np.abs(ref.coef_).max())
+    assert_close(coef, ref.coef_, dtype=ds.dtype, kind="solver", scale=scale)
+    assert_close(intercept, ref.intercept_, dtype=ds.dtype, kind="solver", scale=scale)
+    stats = centered_gram(op, sw, True, Y)
+    grams = []
+    original = FactorizedMatrix.gram
+
+    def counted(self, *args, **kwargs):
+        grams.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(FactorizedMatrix, "gram", counted)
+    set_statistics_cache(0)
+    try:
+        given = _ridge_regression(op, Y, **{**kw, "solver": "cholesky"}, stats=stats)
+    finally:
+        set_statistics_cache()
+    assert grams == []
+    np.testing.assert_array_equal(given[0], coef)
+    np.testing.assert_array_equal(given[1], intercept)

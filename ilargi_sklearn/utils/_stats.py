@@ -725,7 +725,7 @@ def _downdating_error(sums: _XSums, noise: np.ndarray) -> float:
     The centered gram is the smallest one a solver sees (the uncentered one adds
     ``s_sum mu mu^T``, positive semi-definite), so its bound covers both. The
     bound is that of the equilibrated gram (unit diagonal), which the solvers
-    factor (``linear_model._linear._psd_solver``): columns of very different
+    factor (``linear_model._least_squares._psd_solver``): columns of very different
     scales do not make it pessimistic.
     """
     mu = sums.col_sums / sums.sw_sum
@@ -807,7 +807,8 @@ class FoldStatistics:
             sw_train = _take(self.sample_weight, train_d, xp)
             # Computed directly, with all rows' pilots: the training and test
             # rows' figures are then of one shifted design (the test error's
-            # offset is a difference of their shifted means, _cv._path_mse).
+            # offset is a difference of their shifted means, _path_mse of
+            # linear_model._coordinate_descent_cv).
             design = _Design(train_op, self._design_shift)
             Y_train = xp.take(self.Y, train_d, axis=0)
             train_sums = (
