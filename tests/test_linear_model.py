@@ -866,3 +866,33 @@ def test_logistic_gradient_descent_kernel_takes_explicit_arguments():
     ref_coef = ref.coef_ - ref.coef_.mean(axis=0)
     np.testing.assert_allclose(coef, ref_coef, rtol=0, atol=2e-5)
     assert 1 < n_iter < 20_000
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_no_intercept_with_a_target_of_large_mean_matches_sklearn(cached):
+    # The target is shifted by its pilot mean for the statistics; without an
+    # intercept its shift needs the column sums (T^T S Y = T^T S Y~ + T^T s c_y),
+    # which a fit without a cached entry formed only with an intercept.
+    from sklearn.linear_model import Ridge
+
+    from ilargi_sklearn.linear_model import FactorizedRidge
+    from ilargi_sklearn.multisource import set_statistics_cache
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 3)) + 0.5
+    y = X @ [1.0, 2.0, 3.0] + 1000.0 + rng.standard_normal(200)
+    ds = MultiSourceDataset.from_matrices([X], [None])
+    tol = tolerance(np.float64, "solver")
+    if not cached:
+        set_statistics_cache(0)
+    try:
+        for data in (X, ds):
+            for ours, ref in (
+                (FactorizedLinearRegression, LinearRegression),
+                (FactorizedRidge, Ridge),
+            ):
+                est = ours(fit_intercept=False).fit(data, y)
+                sk = ref(fit_intercept=False).fit(X, y)
+                np.testing.assert_allclose(est.coef_, sk.coef_, rtol=tol)
+    finally:
+        set_statistics_cache()

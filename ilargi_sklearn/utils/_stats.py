@@ -371,8 +371,12 @@ def _raw_sums(
     lineage = _stats_cache.lineage_of(op) if _STATS.max_bytes > 0 else None
     if lineage is None:
         design = _Design(op, choose_shift(op))
+        y_shift = None if Y is None else choose_target_shift(Y)
+        # A shifted target needs the column sums even without an intercept:
+        # T^T S Y = T^T S Y~ + (T^T s) c_y^T.
+        col_sums = col_sums or (y_shift is not None and bool(np.any(y_shift)))
         xs = _x_sums(op, sample_weight, gram, col_sums=col_sums, design=design)
-        ys = None if Y is None else _y_sums(op, sample_weight, Y, design)
+        ys = None if Y is None else _y_sums(op, sample_weight, Y, design, y_shift)
         return xs, ys
     w_key = _stats_cache.UNIT if sample_weight is None else digest(sample_weight)
     xs = _cached_x_sums(op, lineage, sample_weight, w_key, gram)
