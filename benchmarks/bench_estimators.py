@@ -437,8 +437,9 @@ def merge_frames(inp: Inputs) -> tuple[np.ndarray, list[str]]:
             renames[c] = name
             features.append(name)
             if _is_categorical(t[c]) or c in j.categorical:
-                # The table's categories, so that get_dummies after the merge makes a
-                # column for every category, matched or not (as from_frames does).
+                # A column for every category of the matched rows (as from_frames
+                # does): the table's categories, those no target row matches
+                # dropped after the merge.
                 categorical.append(name)
                 if not isinstance(t[c].dtype, pd.CategoricalDtype):
                     t = t.assign(**{c: t[c].astype("category")})
@@ -457,6 +458,13 @@ def merge_frames(inp: Inputs) -> tuple[np.ndarray, list[str]]:
     X = m[features]
     numeric = [c for c in features if c not in categorical]
     X = X.fillna({c: 0.0 for c in numeric})
+    X = X.assign(
+        **{
+            c: X[c].cat.remove_unused_categories()
+            for c in categorical
+            if isinstance(X[c].dtype, pd.CategoricalDtype)
+        }
+    )
     if categorical:
         X = pd.get_dummies(X, columns=categorical, dtype=np.float64)
     return X.to_numpy(dtype=np.float64), [str(c) for c in X.columns]
