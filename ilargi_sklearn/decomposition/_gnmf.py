@@ -816,6 +816,35 @@ class FactorizedGNMF(
     def _n_features_out(self):
         return self.components_.shape[0]
 
+    def _plan_work(self, data, y):
+        """The work of a fit, for the planner (:mod:`ilargi_sklearn.planner._work`)."""
+        from ilargi_sklearn.planner._work import Work, int_param
+
+        params = self.get_params(deep=False)
+        n, d = data["n_rows"], data["n_features"]
+        r = self.n_components
+        r = d if not isinstance(r, Integral) else int(r)
+        it = int_param(params, "max_iter", 200)
+        passes = float(it)
+        common = 8.0 * n * r * r * it + 4.0 * d * r * r * it
+        if self.init not in ("random", "custom"):
+            # Randomized SVD of nndsvd*: power iterations with r + 10 columns.
+            q = r + 10
+            n_svd = 7 if r < 0.1 * min(n, d) else 4
+            passes += (n_svd + 1) * q / max(r, 1)
+            common += 4.0 * n * q * q * (n_svd + 1)
+        return Work(
+            "gnmf",
+            "mu",
+            m=r,
+            iterations=it,
+            passes=passes,
+            passes_per_iteration=1.0,
+            scales_with_iterations=("common_bytes", "common_flops"),
+            common_flops=common,
+            common_bytes=40.0 * n * r * it,
+        )
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.positive_only = True

@@ -739,6 +739,49 @@ class FactorizedPCA(
     def _n_features_out(self):
         return self.components_.shape[0]
 
+    def _plan_work(self, data, y):
+        """The work of a fit, for the planner (:mod:`ilargi_sklearn.planner._work`)."""
+        from ilargi_sklearn.planner._work import Work, int_param
+
+        n, d = data["n_rows"], data["n_features"]
+        params = self.get_params(deep=False)
+        r = int_param(params, "n_components", min(n, d))
+        if self.svd_solver == "randomized":
+            q = r + int_param(params, "n_oversamples", 10)
+            n_iter = int_param(
+                params, "iterated_power", 7 if r < 0.1 * min(n, d) else 4
+            )
+            return Work(
+                "svd",
+                "randomized",
+                m=q,
+                iterations=n_iter,
+                passes=n_iter + 1.5,
+                passes_per_iteration=1.0,
+                scales_with_iterations=("common_flops",),
+                column_sum_passes=0.5,
+                common_flops=4.0 * n * q * q * (n_iter + 1),
+            )
+        if self.svd_solver == "arpack":
+            it = 3 * r + 10  # Lanczos steps of one column each
+            return Work(
+                "svd",
+                "arpack",
+                iterations=it,
+                passes=it + 0.5,
+                passes_per_iteration=1.0,
+                column_sum_passes=0.5,
+            )
+        # The gram and the column means (half a pass); an eigendecomposition.
+        return Work(
+            "pca",
+            "eigh",
+            passes=0.5,
+            grams=1,
+            column_sum_passes=0.5,
+            common_flops=4.0 * d**3,
+        )
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True

@@ -307,6 +307,32 @@ class FactorizedTruncatedSVD(
     def _n_features_out(self):
         return self.components_.shape[0]
 
+    def _plan_work(self, data, y):
+        """The work of a fit, for the planner (:mod:`ilargi_sklearn.planner._work`)."""
+        from ilargi_sklearn.planner._work import Work, int_param
+
+        params = self.get_params(deep=False)
+        r = int_param(params, "n_components", 2)
+        if self.algorithm == "randomized":
+            q = r + int_param(params, "n_oversamples", 10)
+            n_iter = int_param(params, "n_iter", 5)
+            # The range finder: a matmul, then n_iter power iterations (rmatmul
+            # and matmul, normalized by LU or QR of the n x q block), B = Q^T A.
+            return Work(
+                "svd",
+                "randomized",
+                m=q,
+                iterations=n_iter,
+                passes=n_iter + 1.0,
+                passes_per_iteration=1.0,
+                scales_with_iterations=("common_flops",),
+                common_flops=4.0 * data["n_rows"] * q * q * (n_iter + 1),
+            )
+        it = 3 * r + 10  # ARPACK: Lanczos steps of one column each
+        return Work(
+            "svd", "arpack", iterations=it, passes=float(it), passes_per_iteration=1.0
+        )
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True

@@ -12,11 +12,18 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from contextlib import contextmanager, nullcontext
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
+from sklearn.base import (
+    BaseEstimator,
+    ClassifierMixin,
+    RegressorMixin,
+    _fit_context,
+    is_classifier,
+)
 from sklearn.metrics import check_scoring
 from sklearn.metrics._scorer import _SCORERS
 from sklearn.model_selection import train_test_split
@@ -31,6 +38,7 @@ from sklearn.utils.validation import (
     validate_data,
 )
 
+from ilargi_sklearn._backend._namespace import to_numpy
 from ilargi_sklearn.ensemble._binning import (
     ROW_DTYPE,
     BinMapper,
@@ -199,6 +207,49 @@ def joined_tree_table(ds, categorical_features="from_dtype"):
     table = _tree_table(groups, len(ds), layout.n_features)[:, layout.natural]
     names = [layout.names[f] for f in layout.natural]
     return table, layout.is_categorical[layout.natural], names
+
+
+def _source_shapes(X, categorical_features):
+    """``(rows, tree features, distinct rows referenced, identity)`` per source
+    term of ``X``, for the planner: what :func:`raw_groups` would build, counted
+    without building it (a column several terms own counts as an identity
+    feature, as it is gathered into one)."""
+    if not isinstance(X, MultiSourceDataset) or not isinstance(
+        X.operator, FactorizedMatrix
+    ):
+        n, d = (0, 0) if X is None else (int(X.shape[0]), int(X.shape[1]))
+        return [(n, d, n, True)]
+    op = X.operator
+    layout = _dataset_layout(X, categorical_features)
+    owners: dict[int, set[int]] = {}
+    for t_idx, t in enumerate(op.terms):
+        for c in np.asarray(t.cols):
+            owners.setdefault(int(c), set()).add(t_idx)
+    per_term = np.zeros(len(op.terms), dtype=np.int64)
+    derived = 0
+    for f in range(layout.n_features):
+        terms = set().union(*(owners.get(int(c), set()) for c in layout.columns[f]))
+        single = all(len(owners.get(int(c), ())) == 1 for c in layout.columns[f])
+        if len(terms) == 1 and single:
+            per_term[terms.pop()] += 1
+        else:
+            derived += 1
+    n = op.n_rows
+    out = []
+    for t, c in zip(op.terms, per_term):
+        if not c:
+            continue
+        r = int(t.S.shape[0])
+        if t.rows.is_identity:
+            out.append((n, int(c), n, True))
+            continue
+        idx = np.asarray(to_numpy(t.rows.idx))
+        hit = idx[idx >= 0]
+        u = int(np.count_nonzero(np.bincount(hit, minlength=r))) if hit.size else 0
+        out.append((r, int(c), u, False))
+    if derived:
+        out.append((n, derived, n, True))
+    return out
 
 
 @contextmanager
@@ -737,6 +788,101 @@ class _BaseFactorizedHGB(BaseEstimator):
         self.train_score_ = np.asarray(self.train_score_)
         self.validation_score_ = np.asarray(self.validation_score_)
         return self
+
+    def _plan_work(self, data, y):
+        """The work of a fit, for the planner (:mod:`ilargi_sklearn.planner._work`).
+
+        Histograms, not operator products: per tree, the root's histogram and the
+        smaller child's of every split (the larger by subtraction), over a
+        balanced tree of ``max_leaf_nodes`` leaves. Per built node of ``r`` rows
+        and per source ``k`` (``r_k`` rows, ``c_k`` tree features, ``u_k``
+        distinct rows referenced), the factorized plan makes ``min(r c_k, r +
+        u c_k)`` histogram updates (the grouped build or the row-wise gather,
+        whichever is cheaper, as the kernels choose), with ``u`` the distinct
+        source rows among the node's ``r``; the materialized plan, scikit-learn's
+        row-wise build on the joined table, ``r c_k``. Binning runs on the
+        sources' rows against the join's; the materialized plan builds its
+        joined table of tree features at every fit (no cached join).
+        """
+        from ilargi_sklearn.planner._work import Work, n_classes
+
+        n = int(data["n_rows"])
+        early = self.early_stopping
+        if early == "auto":
+            early = n > 10_000
+        vf = self.validation_fraction
+        if early and vf is not None:
+            n_train = n - (int(vf) if isinstance(vf, Integral) else int(vf * n))
+        else:
+            n_train = n
+        n_train = max(n_train, 1)
+        k = 1
+        if is_classifier(self):
+            classes = n_classes(y)
+            k = 1 if classes <= 2 else classes
+        leaves = self.max_leaf_nodes or n_train
+        if self.max_depth is not None:
+            leaves = min(leaves, 2**self.max_depth)
+        leaves = int(max(min(leaves, n_train // max(self.min_samples_leaf, 1)), 2))
+        # Rows of each built histogram: the root, then level by level the smaller
+        # child of each split (half its parent's rows in a balanced tree).
+        nodes = [float(n_train)]
+        level, splits = 1, leaves - 1
+        while splits > 0:
+            width = min(2 ** (level - 1), splits)
+            nodes += [n_train / 2.0**level] * width
+            splits -= width
+            level += 1
+        shape = _source_shapes(data.dataset, self.categorical_features)
+        fact = mat = 0.0
+        for _, c_k, u_k, identity in shape:
+            for r in nodes:
+                mat += r * c_k
+                if identity or u_k <= 0:
+                    fact += r * c_k
+                else:
+                    u = u_k * -math.expm1(-r / u_k)
+                    fact += min(r * c_k, r + u * c_k)
+        n_features = sum(c for _, c, _, _ in shape)
+        trees = float(self.max_iter * k)
+        # Per histogram update: the bin byte, the gradient and hessian read, the
+        # histogram entry written; a kernel call per node and source.
+        update_bytes = 24.0
+        bins = float(self.max_bins + 1)
+        # Binning: thresholds from a sort of (a subsample of) each column, then a
+        # binary search per value; on the sources' rows or on the join's.
+        sample = float(min(n, BINNING_SUBSAMPLE))
+        bin_fact = sum(
+            8.0 * c * (min(r, sample) * math.log2(max(min(r, sample), 2.0)) + 8.0 * r)
+            for r, c, _, _ in shape
+        )
+        bin_mat = 8.0 * n_features * (sample * math.log2(max(sample, 2.0)) + 8.0 * n)
+        table = 3.0 * 8.0 * n * n_features  # the joined table of tree features
+        return Work(
+            "trees",
+            "hist",
+            m=k,
+            iterations=int(self.max_iter),
+            passes=0.0,
+            passes_per_iteration=0.0,
+            scales_with_iterations=("common_bytes", "plan_work"),
+            # Gradients, hessians and raw predictions per tree; split finding
+            # over every bin of every feature per node: the same in both plans.
+            common_bytes=trees * (64.0 * n + 32.0 * len(nodes) * n_features * bins),
+            joins=False,
+            plan_work={
+                "factorized": {
+                    "gather_bytes": trees * update_bytes * fact,
+                    "calls": trees * len(nodes) * len(shape),
+                    "setup_bytes": bin_fact,
+                },
+                "materialized": {
+                    "gather_bytes": trees * update_bytes * mat,
+                    "calls": trees * len(nodes),
+                    "setup_bytes": bin_mat + table,
+                },
+            },
+        )
 
     def _has_missing(self, data, missing_bin):
         """Per tree feature: whether a training row's value is missing."""

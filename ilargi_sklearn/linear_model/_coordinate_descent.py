@@ -145,6 +145,26 @@ def _enet_fit_gram(
     return coef, intercept, dual_gap, n_iter
 
 
+def _enet_work(n_features, max_iter):
+    """The planner's count of one coordinate-descent fit on the gram: the gram
+    once (with the column sums); the sweeps then read only the gram, ``d^2``
+    multiply-adds each, about a few dozen at the default ``tol``."""
+    from ilargi_sklearn.planner._work import Work
+
+    d = float(n_features)
+    sweeps = min(int(max_iter), 50)
+    return Work(
+        "lasso",
+        "cd",
+        iterations=sweeps,
+        passes=1.0,
+        passes_per_iteration=0.0,
+        scales_with_iterations=("common_flops",),
+        grams=1,
+        common_flops=2.0 * d * d * sweeps,
+    )
+
+
 class FactorizedElasticNet(
     LinearPredictorMixin, DeviceMixin, RegressorMixin, BaseEstimator
 ):
@@ -432,6 +452,10 @@ class FactorizedElasticNet(
         """``coef_`` as a CSR matrix (scikit-learn's configured sparse interface)."""
         coef = np.atleast_2d(to_numpy(self.coef_))
         return _align_api_if_sparse(sp.csr_array(coef))
+
+    def _plan_work(self, data, y):
+        """The work of a fit, for the planner (:mod:`ilargi_sklearn.planner._work`)."""
+        return _enet_work(data["n_features"], self.max_iter)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

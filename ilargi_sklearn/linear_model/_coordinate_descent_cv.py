@@ -29,6 +29,7 @@ from ilargi_sklearn.linear_model._coordinate_descent import (
     _MESSAGE_CONV,
     _check_finite_stats,
     _enet_fit_gram,
+    _enet_work,
 )
 from ilargi_sklearn.linear_model._least_squares import (
     _GRAM_NOISE,
@@ -237,6 +238,11 @@ def _enet_fold_mse(
     return mse
 
 
+#: Coordinate-descent sweeps the planner expects per alpha of a warm-started
+#: path (at most ``max_iter``): each alpha starts from the previous solution.
+_PATH_SWEEPS_PER_ALPHA = 5
+
+
 class _FactorizedLinearModelCV(
     LinearPredictorMixin, DeviceMixin, RegressorMixin, BaseEstimator
 ):
@@ -263,6 +269,32 @@ class _FactorizedLinearModelCV(
 
     def _l1_ratios(self):
         return np.atleast_1d(getattr(self, "l1_ratio", 1.0)).astype(np.float64)
+
+    def _plan_work(self, data, y):
+        """The work of a fit, for the planner (:mod:`ilargi_sklearn.planner._work`).
+
+        The fold statistics: the gram of all rows and those of the test folds
+        (about two grams, with the column sums); then, on the grams alone, each
+        fold's path of ``alphas`` per ``l1_ratio``, warm-started (a few sweeps per
+        alpha), and the refit's sweeps.
+        """
+        from ilargi_sklearn.planner._work import n_folds
+
+        d = float(data["n_features"])
+        k = n_folds(self.cv)
+        n_l1 = self._l1_ratios().size
+        n_alphas = (
+            self.alphas if isinstance(self.alphas, Integral) else len(self.alphas)
+        )
+        refit = _enet_work(d, self.max_iter)
+        path = k * n_l1 * n_alphas * min(self.max_iter, _PATH_SWEEPS_PER_ALPHA)
+        return refit.repeated(
+            1,
+            passes=2.0,
+            grams=2,
+            common_flops=refit.common_flops + 2.0 * d * d * path,
+            fits=k * n_l1 * n_alphas + 1,
+        )
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):

@@ -306,6 +306,22 @@ class _FactorizedGLM(DeviceMixin, RegressorMixin, BaseEstimator):
         # not in the ratio: both deviances get them back (the factor 2 cancels).
         return float(1.0 - (deviance + constant) / (null + constant))
 
+    def _plan_work(self, data, y):
+        """The work of a fit, for the planner (:mod:`ilargi_sklearn.planner._work`)."""
+        from ilargi_sklearn.planner._work import Work, int_param
+
+        it = int_param(self.get_params(deep=False), "max_iter", 100)
+        passes = 1.1 * it + 1.0
+        return Work(
+            "glm",
+            "lbfgs",
+            iterations=it,
+            passes=passes,
+            passes_per_iteration=1.1,
+            scales_with_iterations=("common_bytes",),
+            common_bytes=40.0 * data["n_rows"] * passes,
+        )
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True

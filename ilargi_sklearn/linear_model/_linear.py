@@ -20,6 +20,7 @@ from ilargi_sklearn.linear_model._base import (
     _set_linear_fitted,
 )
 from ilargi_sklearn.linear_model._least_squares import (
+    _MAX_DENSE_GRAM_FEATURES,
     _solve_lsqr,
     _solve_normal_equations,
     gram_out_of_reach,
@@ -384,6 +385,42 @@ class FactorizedLinearRegression(
             n_iter=n_iter,
         )
         return self
+
+    def _plan_work(self, data, y):
+        """The work of a fit, for the planner (:mod:`ilargi_sklearn.planner._work`)."""
+        from ilargi_sklearn.planner._work import (
+            Work,
+            guess_lsqr_iterations,
+            int_param,
+            n_targets,
+        )
+
+        m = n_targets(y)
+        d = data["n_features"]
+        if self.solver == "gd":
+            it = int_param(self.get_params(deep=False), "max_iter", 20)
+            return Work(
+                "linear",
+                "gd",
+                m=m,
+                iterations=it,
+                passes=it + 11.0,
+                passes_per_iteration=1.0,
+            )
+        if data["joined_sparse"] and d > _MAX_DENSE_GRAM_FEATURES:
+            it = guess_lsqr_iterations(self.tol, None, d, default_tol=1e-12)
+            return Work(
+                "linear",
+                "lsqr",
+                m=m,
+                iterations=it,
+                passes=it + 1.0,
+                passes_per_iteration=1.0,
+            )
+        # The gram, one right-hand side, about two refinement steps, a dense solve.
+        return Work(
+            "linear", "normal", m=m, passes=3.0, grams=1, common_flops=2.0 * d**3
+        )
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

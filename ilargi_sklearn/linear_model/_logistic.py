@@ -655,6 +655,27 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
         scores, xp, caller = self._scores(X)
         return caller.give(_class_probabilities(scores, xp, log=True))
 
+    def _plan_work(self, data, y):
+        """The work of a fit, for the planner (:mod:`ilargi_sklearn.planner._work`)."""
+        from ilargi_sklearn.planner._work import Work, int_param, n_classes
+
+        k = n_classes(y)
+        m = 1 if k == 2 else k
+        it = int_param(self.get_params(deep=False), "max_iter", 100)
+        # L-BFGS: about 1.1 function evaluations per iteration, plus the first.
+        per = 1.0 if self.solver == "gd" else 1.1
+        passes = it + 11.0 if self.solver == "gd" else per * it + 1.0
+        return Work(
+            "logistic",
+            self.solver,
+            m=m,
+            iterations=it,
+            passes=passes,
+            passes_per_iteration=per,
+            scales_with_iterations=("common_bytes",),
+            common_bytes=40.0 * data["n_rows"] * m * passes,
+        )
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True

@@ -234,6 +234,18 @@ class FactorizedLogisticRegressionCV(FactorizedLogisticRegression):
         self.device = device
 
     @_fit_context(prefer_skip_nested_validation=True)
+    def _plan_work(self, data, y):
+        """The work of a fit, for the planner (:mod:`ilargi_sklearn.planner._work`):
+        per fold, the path of ``Cs`` fits on ``(k - 1) / k`` of the rows, then the
+        refit on all rows; each as one logistic fit."""
+        from ilargi_sklearn.planner._work import n_folds
+
+        k = n_folds(self.cv)
+        n_cs = self.Cs if isinstance(self.Cs, Integral) else len(self.Cs)
+        refit = 1 if self.refit else 0
+        one = super()._plan_work(data, y)
+        return one.repeated((k - 1) * n_cs + refit, fits=k * n_cs + refit)
+
     def fit(self, X, y, sample_weight=None):
         """Fit the path of each fold, choose C and fit the final model.
 

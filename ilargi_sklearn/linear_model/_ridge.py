@@ -10,7 +10,13 @@ from numbers import Integral, Real
 import numpy as np
 import scipy.optimize
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, _fit_context
+from sklearn.base import (
+    BaseEstimator,
+    ClassifierMixin,
+    RegressorMixin,
+    _fit_context,
+    is_regressor,
+)
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import LabelBinarizer
 from sklearn.utils import column_or_1d, compute_sample_weight
@@ -30,6 +36,7 @@ from ilargi_sklearn.linear_model._base import (
     _set_linear_fitted,
 )
 from ilargi_sklearn.linear_model._least_squares import (
+    _MAX_DENSE_GRAM_FEATURES,
     _conjugate_gradient,
     _normal_product,
     _solve_lsqr,
@@ -361,6 +368,46 @@ class _RidgeFit:
             n_iter=n_iter,
         )
         self.solver_ = solver
+
+    def _plan_work(self, data, y):
+        """The work of a fit, for the planner (:mod:`ilargi_sklearn.planner._work`)."""
+        from ilargi_sklearn.planner._work import (
+            Work,
+            guess_lsqr_iterations,
+            n_classes,
+            n_targets,
+        )
+
+        d = data["n_features"]
+        if y is not None and not is_regressor(self):
+            k = n_classes(y)
+            m = 1 if k == 2 else k
+        else:
+            m = n_targets(y)
+        iterative = self.solver in ("lsqr", "sparse_cg") or (
+            self.solver == "auto"
+            and data["joined_sparse"]
+            and d > _MAX_DENSE_GRAM_FEATURES
+        )
+        if iterative:
+            it = guess_lsqr_iterations(self.tol, self.max_iter, d, default_tol=1e-4)
+            return Work(
+                "ridge",
+                "lsqr",
+                m=m,
+                iterations=it,
+                passes=it + 1.0,
+                passes_per_iteration=1.0,
+            )
+        # The gram, one right-hand side, a Cholesky factorization per alpha.
+        return Work(
+            "ridge",
+            "normal",
+            m=m,
+            passes=1.0,
+            grams=1,
+            common_flops=d**3 / 3.0 + 2.0 * d * d * m,
+        )
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

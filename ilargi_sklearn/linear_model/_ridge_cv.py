@@ -577,6 +577,46 @@ class FactorizedRidgeCV(
         self.strategy = strategy
         self.device = device
 
+    def _plan_work(self, data, y):
+        """The work of a fit, for the planner (:mod:`ilargi_sklearn.planner._work`).
+
+        ``cv=None``: the gram, its eigendecomposition and the leave-one-out hat
+        diagonal (one product with ``d`` columns, or one per alpha for few alphas);
+        K folds: the fold statistics (about two grams), per fold and alpha a
+        solve and the test fold's predictions, the refit's solve.
+        """
+        from ilargi_sklearn.planner._work import Work, n_folds, n_targets
+
+        n, d = float(data["n_rows"]), float(data["n_features"])
+        m = n_targets(y)
+        a = int(np.size(self.alphas))
+        if self.cv is None:
+            return Work(
+                "ridge",
+                "loo",
+                m=m,
+                passes=1.0,
+                grams=1,
+                matmuls=float(a if a <= _MAX_QUADRATIC_ALPHAS else 1),
+                matmul_m=int(d),
+                common_flops=9.0 * d**3 + 4.0 * n * d * a,
+                common_bytes=8.0 * n * (d + m) * a,
+                fits=a,
+            )
+        k = n_folds(self.cv)
+        solve = d**3 / 3.0 + 2.0 * d * d * m
+        return Work(
+            "ridge",
+            "normal",
+            m=m,
+            passes=2.0,
+            grams=2,
+            matmuls=float(a),
+            matmul_m=m,
+            common_flops=(k * a + 1) * solve,
+            fits=k * a + 1,
+        )
+
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
         """Choose alpha by cross-validation and fit the ridge model.

@@ -16,8 +16,8 @@ the cost formulas change:
 
 from __future__ import annotations
 
+import hashlib
 import math
-import numbers
 import weakref
 from typing import Any
 
@@ -26,13 +26,9 @@ import scipy.sparse as sp
 
 from ilargi_sklearn._backend._plan import DEVICES, PLANS, STRATEGIES, Plan
 
-# Above this many features, sparse least squares use LSQR: the estimator's own rule.
-from ilargi_sklearn.linear_model._least_squares import _MAX_DENSE_GRAM_FEATURES
-
 __all__ = [
     "COMPONENTS",
     "DEVICES",
-    "ESTIMATOR_KINDS",
     "PLANS",
     "STRATEGIES",
     "algorithm_features",
@@ -45,22 +41,6 @@ __all__ = [
     "unit_costs",
     "with_iterations",
 ]
-
-#: Kinds of work (appended, never reordered: the learned model reads their codes).
-#: ``lasso`` covers the elastic net, ``glm`` the Poisson, Gamma and Tweedie models,
-#: ``svd`` truncated SVD.
-ESTIMATOR_KINDS = (
-    "linear",
-    "logistic",
-    "kmeans",
-    "gnmf",
-    "other",
-    "ridge",
-    "lasso",
-    "glm",
-    "pca",
-    "svd",
-)
 
 # Python-level overhead of one operator call (one product, one gather), seconds.
 _CALL_OVERHEAD = 2e-5
@@ -338,217 +318,71 @@ def _interaction_features(
 
 
 # ----------------------------------------------------------------------- algorithm
-def estimator_kind(estimator: Any) -> str:
-    """The estimator's kind of work: one of :data:`ESTIMATOR_KINDS`."""
-    from ilargi_sklearn import cluster, decomposition, linear_model
+def estimator_kind(estimator: Any, data: Any = None, y: Any = None) -> str:
+    """The kind of work ``estimator`` declares (``"other"`` when it declares none).
 
-    kinds = (
-        (linear_model.FactorizedLinearRegression, "linear"),
-        (linear_model.FactorizedLogisticRegression, "logistic"),
-        (cluster.FactorizedKMeans, "kmeans"),
-        (decomposition.FactorizedGNMF, "gnmf"),
-        (
-            (linear_model.FactorizedRidge, linear_model.FactorizedRidgeClassifier),
-            "ridge",
-        ),
-        ((linear_model.FactorizedLasso, linear_model.FactorizedElasticNet), "lasso"),
-        (
-            (
-                linear_model.FactorizedPoissonRegressor,
-                linear_model.FactorizedGammaRegressor,
-                linear_model.FactorizedTweedieRegressor,
-            ),
-            "glm",
-        ),
-        (decomposition.FactorizedPCA, "pca"),
-        (decomposition.FactorizedTruncatedSVD, "svd"),
-    )
-    for cls, kind in kinds:
-        if isinstance(estimator, cls):
-            return kind
-    return "other"
-
-
-def _n_classes(y: Any) -> int:
-    if y is None:
-        return 2
-    y = np.asarray(y)
-    if y.ndim != 1 or y.shape[0] == 0:
-        return 2
-    return max(int(np.unique(y).shape[0]), 2)
-
-
-def _int_param(params: dict[str, Any], name: str, default: int) -> int:
-    v = params.get(name, default)
-    return int(v) if isinstance(v, numbers.Integral) else default
+    Without ``data``, the kind of a fit on a small dense dataset.
+    """
+    if getattr(estimator, "_plan_work", None) is None:
+        return "other"
+    if data is None:
+        data = _KIND_PROBE
+    return algorithm_features(estimator, data, y)["estimator"]
 
 
 def algorithm_features(
-    estimator: Any, data: dict[str, Any], y: Any = None
+    estimator: Any, data: dict[str, Any], y: Any = None, X: Any = None
 ) -> dict[str, Any]:
     """Work of one fit of ``estimator`` on data with figures ``data``.
 
+    The estimator declares it (its ``_plan_work``, see
+    :mod:`ilargi_sklearn.planner._work`): the planner knows no estimator by name.
     The work is counted in operator calls that both representations share: passes
     (one ``matmul`` and one ``rmatmul`` with ``m`` right-hand-side columns),
-    extra ``matmul`` calls (k-means++), a gram (normal equations), and dense work on
-    small matrices and element-wise work that does not depend on the plan.
-
-    Iteration counts are the fixed counts of the paper solvers and ``max_iter`` for
-    the iterative ones (an upper bound: both plans run the same iterations, so the
-    choice depends mostly on the work per iteration); LSQR's count is guessed from
-    its tolerance.
+    extra ``matmul`` calls (k-means++), grams (normal equations), dense work on
+    small matrices and element-wise work that does not depend on the plan, and,
+    per representation, work that is not operator calls (the trees' histograms).
 
     Parameters
     ----------
     estimator : estimator
-        The (unfitted) estimator, read through ``get_params``.
+        The (unfitted) estimator.
     data : dict
         Output of :func:`data_features`.
     y : array-like, optional
         Target (the number of classes of a classifier).
+    X : MultiSourceDataset, optional
+        The training data, for declarations that need more than its figures.
 
     Returns
     -------
     features : dict
         ``estimator`` (kind), ``solver``, ``m`` (right-hand-side columns),
-        ``iterations``, ``passes``, ``matmuls``, ``matmul_m``, ``grams``,
-        ``common_flops``, ``common_bytes``, ``row_norms``.
+        ``iterations``, ``passes``, ``passes_per_iteration``, ``iter_scaled``,
+        ``matmuls``, ``matmul_m``, ``grams``, ``common_flops``, ``common_bytes``,
+        ``row_norms``, ``column_sum_passes``, ``fits``, ``joins`` and the
+        per-plan amounts ``plan_{factorized,materialized}_{component}``.
     """
-    kind = estimator_kind(estimator)
-    params = estimator.get_params(deep=False)
-    n, d = data["n_rows"], data["n_features"]
-    out = {
-        "estimator": kind,
-        "solver": "other",
-        "m": 1,
-        "iterations": 1,
-        "passes": 1.0,
-        "matmuls": 0.0,
-        "matmul_m": 1,
-        "grams": 0,
-        "common_flops": 0.0,
-        "common_bytes": 0.0,
-        "row_norms": 0,
-    }
-    if kind == "linear":
-        n_targets = 1 if y is None or np.ndim(y) < 2 else int(np.shape(y)[1])
-        out["m"] = n_targets
-        solver = params.get("solver", "normal")
-        if solver == "gd":
-            it = _int_param(params, "max_iter", 20)
-            out.update(solver="gd", iterations=it, passes=it + 11.0)
-        elif data["joined_sparse"] and d > _MAX_DENSE_GRAM_FEATURES:
-            it = _guess_iterations({"tol": params.get("tol")}, d, default_tol=1e-12)
-            out.update(solver="lsqr", iterations=it, passes=it + 1.0)
-        else:
-            # Gram, one right-hand side, about two refinement steps, a dense solve.
-            out.update(solver="normal", iterations=1, passes=3.0, grams=1)
-            out["common_flops"] = 2.0 * d**3
-    elif kind == "logistic":
-        k = _n_classes(y)
-        m = 1 if k == 2 else k
-        it = _int_param(params, "max_iter", 100)
-        solver = params.get("solver", "lbfgs")
-        # L-BFGS: about 1.1 function evaluations per iteration, plus the first.
-        passes = it + 11.0 if solver == "gd" else 1.1 * it + 1.0
-        out.update(solver=solver, m=m, iterations=it, passes=passes)
-        out["common_bytes"] = 40.0 * n * m * passes
-    elif kind == "kmeans":
-        k = _int_param(params, "n_clusters", 8)
-        init = params.get("init", "k-means++")
-        n_init = params.get("n_init", "auto")
-        if n_init == "auto":
-            n_init = 10 if isinstance(init, str) and init == "random" else 1
-        n_init = int(n_init) if isinstance(n_init, numbers.Integral) else 1
-        it = _int_param(params, "max_iter", 300)
-        out.update(solver="lloyd", m=k, iterations=it, passes=float(n_init * it))
-        if isinstance(init, str) and init == "k-means++":
-            trials = 2 + int(math.log(max(k, 1)))
-            out.update(matmuls=float(n_init * k), matmul_m=trials)
-            out["common_bytes"] = 24.0 * n * trials * k * n_init
-        out["common_bytes"] += 48.0 * n * k * n_init * it
-        out["row_norms"] = 1
-    elif kind == "gnmf":
-        r = params.get("n_components")
-        r = d if not isinstance(r, numbers.Integral) else int(r)
-        it = _int_param(params, "max_iter", 200)
-        init = params.get("init")
-        passes = float(it)
-        common = 8.0 * n * r * r * it + 4.0 * d * r * r * it
-        if init != "random" and init != "custom":
-            # Randomized SVD of nndsvd*: power iterations with r + 10 columns.
-            q = r + 10
-            n_svd = 7 if r < 0.1 * min(n, d) else 4
-            passes += (n_svd + 1) * q / max(r, 1)
-            common += 4.0 * n * q * q * (n_svd + 1)
-        out.update(solver="mu", m=r, iterations=it, passes=passes)
-        out["common_flops"] = common
-        out["common_bytes"] = 40.0 * n * r * it
-    elif kind == "ridge":
-        if y is not None and not _is_regressor(estimator):
-            k = _n_classes(y)
-            out["m"] = 1 if k == 2 else k
-        elif y is not None and np.ndim(y) == 2:
-            out["m"] = int(np.shape(y)[1])
-        solver = params.get("solver", "auto")
-        iterative = solver in ("lsqr", "sparse_cg") or (
-            solver == "auto" and data["joined_sparse"] and d > _MAX_DENSE_GRAM_FEATURES
-        )
-        if iterative:
-            it = _guess_iterations(params, d, default_tol=1e-4)
-            out.update(solver="lsqr", iterations=it, passes=it + 1.0)
-        else:
-            # The gram, one right-hand side, a Cholesky factorization per alpha.
-            out.update(solver="normal", iterations=1, passes=1.0, grams=1)
-            out["common_flops"] = d**3 / 3.0 + 2.0 * d * d * out["m"]
-    elif kind == "lasso":
-        # The gram once; coordinate descent then reads only the gram: d^2 per
-        # sweep, about a few dozen sweeps at the default tol.
-        sweeps = min(_int_param(params, "max_iter", 1000), 50)
-        out.update(solver="cd", iterations=sweeps, passes=1.0, grams=1)
-        out["common_flops"] = 2.0 * d * d * sweeps
-    elif kind == "glm":
-        it = _int_param(params, "max_iter", 100)
-        out.update(solver="lbfgs", iterations=it, passes=1.1 * it + 1.0)
-        out["common_bytes"] = 40.0 * n * out["passes"]
-    elif kind == "pca":
-        # The gram and the column means (half a pass); an eigendecomposition.
-        out.update(solver="eigh", iterations=1, passes=0.5, grams=1)
-        out["common_flops"] = 4.0 * d**3
-    elif kind == "svd":
-        r = _int_param(params, "n_components", 2)
-        if params.get("algorithm", "randomized") == "randomized":
-            q = r + _int_param(params, "n_oversamples", 10)
-            n_iter = _int_param(params, "n_iter", 5)
-            # The range finder: a matmul, then n_iter power iterations (rmatmul
-            # and matmul, normalized by LU or QR of the n x q block), B = Q^T A.
-            out.update(solver="randomized", m=q, iterations=n_iter, passes=n_iter + 1.0)
-            out["common_flops"] = 4.0 * n * q * q * (n_iter + 1)
-        else:
-            it = 3 * r + 10  # ARPACK: Lanczos steps of one column each
-            out.update(solver="arpack", iterations=it, passes=float(it))
-    else:
-        it = _int_param(params, "max_iter", 10)
-        out.update(iterations=it, passes=float(it))
-    return out
+    from ilargi_sklearn.planner._work import PlanData, estimator_work
+
+    data = data if isinstance(data, PlanData) else PlanData(data, X)
+    return estimator_work(estimator, data, y).features()
 
 
-def _is_regressor(estimator: Any) -> bool:
-    from sklearn.base import is_regressor
+#: Figures of a small dense dataset: what :func:`estimator_kind` declares on.
+_KIND_PROBE = {
+    "n_rows": 1000,
+    "n_features": 10,
+    "joined_sparse": False,
+    "n_terms": 2,
+    "n_sources": 2,
+    "terms": [],
+}
 
-    return is_regressor(estimator)
-
-
-def _guess_iterations(params: dict[str, Any], d: float, default_tol: float) -> int:
-    """LSQR's iteration count, guessed from its tolerance (``max_iter`` bounds it)."""
-    tol = params.get("tol") or default_tol
-    it = int(min(2 * d, 25 * max(math.log10(1.0 / tol), 1.0)))
-    max_iter = params.get("max_iter")
-    return min(it, int(max_iter)) if isinstance(max_iter, numbers.Integral) else it
-
-
-# Operator passes per solver iteration (L-BFGS: about 1.1 function evaluations).
-_PASSES_PER_ITERATION = {
+# Per-iteration passes of the solvers of records written before estimators
+# declared their work (their features lack ``passes_per_iteration``); the
+# declarations carry it now. Never extend: new records carry their own.
+_LEGACY_PER_ITERATION = {
     "lsqr": 1.0,
     "gd": 1.0,
     "lbfgs": 1.1,
@@ -556,33 +390,64 @@ _PASSES_PER_ITERATION = {
     "mu": 1.0,
     "randomized": 1.0,
     "arpack": 1.0,
-    "cd": 0.0,  # sweeps over the gram: no operator products
+    "cd": 0.0,
 }
+_LEGACY_SCALED = {
+    "lbfgs": ("common_bytes",),
+    "lloyd": ("common_bytes",),
+    "mu": ("common_bytes", "common_flops"),
+    "cd": ("common_flops",),
+    "randomized": ("common_flops",),
+}
+
+
+def _complete(features: dict[str, Any]) -> dict[str, Any]:
+    """``features`` with the declaration keys that legacy records lack."""
+    if "passes_per_iteration" in features:
+        return features
+    f = dict(features)
+    solver = f.get("solver")
+    f["passes_per_iteration"] = _LEGACY_PER_ITERATION.get(solver, -1.0)
+    f["iter_scaled"] = ",".join(_LEGACY_SCALED.get(solver, ()))
+    f["column_sum_passes"] = 0.5 if f.get("estimator") == "pca" else 0.0
+    f.setdefault("fits", 1)
+    f.setdefault("joins", True)
+    for rep in ("factorized", "materialized"):
+        for c in COMPONENTS:
+            f.setdefault(f"plan_{rep}_{c}", 0.0)
+    return f
 
 
 def with_iterations(features: dict[str, Any], n_iter: Any) -> dict[str, Any]:
     """``features`` with the iteration count that a fit actually ran.
 
     Calibration records store the ``n_iter_`` of the timed fit; the model learns the
-    cost per iteration from it, while predictions use the guess of
-    :func:`algorithm_features`.
+    cost per iteration from it, while predictions use the declared guess. How the
+    work grows with the iterations is part of the declaration
+    (``passes_per_iteration``, ``iter_scaled``).
     """
-    solver = features.get("solver")
-    if n_iter is None or solver not in _PASSES_PER_ITERATION:
+    features = _complete(features)
+    per = float(features.get("passes_per_iteration", -1.0))
+    if n_iter is None or per < 0:
         return features
     n_iter = int(n_iter)
     it = int(features["iterations"])
     if n_iter <= 0 or n_iter == it:
         return features
     f = dict(features)
-    per = _PASSES_PER_ITERATION[solver]
-    f["passes"] = max(float(f["passes"]) + per * (n_iter - it), 1.0)
+    passes = float(f["passes"])
+    f["passes"] = max(passes + per * (n_iter - it), min(passes, 1.0))
     f["iterations"] = n_iter
     scale = n_iter / max(it, 1)
-    if solver in ("lbfgs", "lloyd", "mu"):
-        f["common_bytes"] = float(f["common_bytes"]) * scale
-    if solver in ("mu", "cd", "randomized"):
-        f["common_flops"] = float(f["common_flops"]) * scale
+    scaled = set(str(f.get("iter_scaled", "")).split(","))
+    for key in ("common_bytes", "common_flops"):
+        if key in scaled:
+            f[key] = float(f[key]) * scale
+    if "plan_work" in scaled:
+        for rep in ("factorized", "materialized"):
+            for c in COMPONENTS:
+                if c != "setup_bytes":
+                    f[f"plan_{rep}_{c}"] = float(f[f"plan_{rep}_{c}"]) * scale
     return f
 
 
@@ -626,7 +491,7 @@ def plan_features(
 
         hardware = hardware_info()
     data = data_features(X)
-    algo = algorithm_features(estimator, data, y)
+    algo = algorithm_features(estimator, data, y, X)
     hw = {
         "cpu_cores": float(hardware.get("cpu_cores", 1)),
         "gemm_gflops": float(hardware.get("gemm_gflops", 10.0)),
@@ -718,7 +583,7 @@ def plan_costs(
         depend on the plan (dense algebra on small matrices, element-wise work).
     """
     rep, device = split_plan(plan)
-    f = features
+    f = _complete(features)
     n, d, m = float(f["n_rows"]), float(f["n_features"]), float(f["m"])
     isz = float(f["itemsize"])
     groups = float(f["n_row_groups"])
@@ -751,7 +616,7 @@ def plan_costs(
     passes = float(f["passes"])
     if gram_share < 1.0:
         # The cached entry holds the column sums too (PCA's only pass).
-        passes = max(passes - _COLUMN_SUM_PASSES.get(f["estimator"], 0.0), 0.0)
+        passes = max(passes - float(f["column_sum_passes"]), 0.0)
     product(m, 2.0 * passes)
     if f["matmuls"]:
         product(float(f["matmul_m"]), float(f["matmuls"]))
@@ -763,10 +628,15 @@ def plan_costs(
         c["calls"] += float(f["n_terms"]) ** 2
     c["dense_flops"] += float(f["common_flops"])
     c["stream_bytes"] += float(f["common_bytes"])
+    # Declared work that is not operator calls (histograms, binning).
+    for k in COMPONENTS:
+        c[k] += float(f[f"plan_{rep}_{k}"])
 
     if rep == "materialized":
         fraction = max(float(f.get("root_fraction", 1.0)), 1e-3)
-        if not cached:
+        if not f["joins"]:
+            pass  # the estimator builds its own table: declared in plan_work
+        elif not cached:
             if f["joined_sparse"]:
                 setup = _CSR_BUILD_BYTES_PER_NNZ * float(f["nnz_joined"])
             else:
@@ -775,7 +645,7 @@ def plan_costs(
             c["setup_bytes"] += setup / fraction
         elif fraction < 1.0:
             c["setup_bytes"] += 2.0 * float(f["bytes_joined"])  # the slice's rows
-        if device == "gpu":
+        if device == "gpu" and f["joins"]:
             c["setup_bytes"] += float(f["bytes_joined"]) * _upload_factor(f)
     elif device == "gpu" and not f.get("on_gpu", False):
         c["setup_bytes"] += float(f["bytes_sources"]) * _upload_factor(f)
@@ -794,11 +664,6 @@ def plan_costs(
         "component_seconds": per,
         "common_seconds": common,
     }
-
-
-#: Passes of :func:`algorithm_features` that only compute the column means, which
-#: the statistics cache keeps with the gram (PCA's half pass).
-_COLUMN_SUM_PASSES = {"pca": 0.5}
 
 
 def _gram_share(f: dict[str, Any], stats_cached: bool | str | None) -> float:
@@ -821,20 +686,16 @@ def _per_unit(unit: dict[str, float], efficiency: dict[str, float], key: str) ->
     return unit[key] * float(efficiency.get(key, 1.0))
 
 
-_KIND_CODES = {k: i for i, k in enumerate(ESTIMATOR_KINDS)}
-_SOLVER_CODES = {
-    "other": 0,
-    "normal": 1,
-    "lsqr": 2,
-    "gd": 3,
-    "lbfgs": 4,
-    "lloyd": 5,
-    "mu": 6,
-    "cd": 7,
-    "eigh": 8,
-    "randomized": 9,
-    "arpack": 10,
-}
+def _code(name: Any) -> float:
+    """A stable number for a kind or solver name, for the learned model.
+
+    Estimators name their kind of work themselves (:mod:`._work`), so the planner
+    keeps no table of names: the code is a hash of the name, the same in every
+    process, in [0, 1). A name the model never saw gets a code of its own, and
+    the model then judges the work by the work features alone.
+    """
+    digest = hashlib.sha256(str(name).encode()).digest()
+    return int.from_bytes(digest[:4], "big") / 2.0**32
 
 
 def _log(v: float) -> float:
@@ -894,7 +755,7 @@ def model_inputs(
     1.0
     """
     rep, device = split_plan(plan)
-    f = features
+    f = _complete(features)
     other = ("materialized" if rep == "factorized" else "factorized") + "-" + device
     own = plan_costs(f, plan, cached=cached, efficiency=efficiency)
     alt = plan_costs(f, other, cached=cached, efficiency=efficiency)
@@ -925,11 +786,12 @@ def model_inputs(
         "n_row_groups": float(f["n_row_groups"]),
         "itemsize": float(f["itemsize"]),
         "centered": float(f["centered"]),
-        "estimator": float(_KIND_CODES.get(f["estimator"], _KIND_CODES["other"])),
-        "solver": float(_SOLVER_CODES.get(f["solver"], 0)),
+        "estimator": _code(f["estimator"]),
+        "solver": _code(f["solver"]),
         "log_m": _log(f["m"]),
         "log_passes": _log(f["passes"]),
         "grams": float(f["grams"]),
+        "log_fits": _log(f["fits"]),
         "factorized": float(rep == "factorized"),
         "gpu": float(device == "gpu"),
         "cached": float(bool(cached) and rep == "materialized"),

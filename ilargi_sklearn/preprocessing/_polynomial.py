@@ -234,6 +234,13 @@ class FactorizedPolynomialFeatures(
             out.append(" ".join(terms) if terms else "1")
         return np.asarray(out, dtype=object)
 
+    def _plan_work(self, data, y):
+        """The work of a fit, for the planner (:mod:`ilargi_sklearn.planner._work`):
+        the fit reads the shape only; the expansion is implicit."""
+        from ilargi_sklearn.planner._work import Work
+
+        return Work("expansion", "shape", passes=0.0)
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True

@@ -268,6 +268,13 @@ class FactorizedStandardScaler(
             _affine(op, offset, inv, inverse=True, centered=self.with_mean)
         )
 
+    def _plan_work(self, data, y):
+        """The work of a fit, for the planner (:mod:`ilargi_sklearn.planner._work`):
+        the column sums and sums of squares, one pass."""
+        from ilargi_sklearn.planner._work import Work
+
+        return Work("moments", "sums", passes=1.0, column_sum_passes=1.0)
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         # Sparse arrays are accepted only without centering (datasets always are).
