@@ -1,0 +1,267 @@
+"""Each estimator declares the work of its fit; the planner reads the declaration."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.base import BaseEstimator, RegressorMixin, clone, is_classifier
+
+import ilargi_sklearn
+from ilargi_sklearn.cluster import FactorizedKMeans
+from ilargi_sklearn.datasets import make_multi_source
+from ilargi_sklearn.ensemble import FactorizedHistGradientBoostingRegressor
+from ilargi_sklearn.linear_model import (
+    FactorizedLasso,
+    FactorizedLassoCV,
+    FactorizedLogisticRegression,
+    FactorizedLogisticRegressionCV,
+    FactorizedRidge,
+    FactorizedRidgeCV,
+)
+from ilargi_sklearn.multisource import MultiSourceDataset
+from ilargi_sklearn.planner import (
+    PLANS,
+    AutoPlan,
+    clear_materialization_cache,
+    model_inputs,
+    plan_costs,
+    plan_features,
+)
+from ilargi_sklearn.planner._features import with_iterations
+from ilargi_sklearn.planner._work import Work
+
+HW = {"cpu_cores": 2, "gemm_gflops": 20.0, "mem_bandwidth_gbs": 8.0}
+
+
+def _public_estimators():
+    """Every estimator class of ``ilargi_sklearn.__all__`` that fits a dataset
+    (AutoPlan is the planner itself)."""
+    out = []
+    for name in ilargi_sklearn.__all__:
+        obj = getattr(ilargi_sklearn, name)
+        if inspect.isclass(obj) and hasattr(obj, "fit") and obj is not AutoPlan:
+            out.append(obj)
+    return out
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_multi_source(2000, tuple_ratio=20, feature_ratio=4, random_state=0)
+
+
+def _target(est, data):
+    if is_classifier(est):
+        return np.arange(len(data.dataset)) % 3
+    return data.target
+
+
+def test_the_public_estimators_are_found():
+    names = {c.__name__ for c in _public_estimators()}
+    assert len(names) >= 21, names
+    assert "FactorizedHistGradientBoostingClassifier" in names
+    assert "FactorizedLassoCV" in names
+
+
+@pytest.mark.parametrize("cls", _public_estimators(), ids=lambda c: c.__name__)
+def test_every_public_estimator_declares_its_work(cls, data):
+    """A public estimator without a declaration, or one that says "other", would
+    be planned blind: the test names it."""
+    est = cls()
+    assert callable(getattr(est, "_plan_work", None)), (
+        f"{cls.__name__} has no _plan_work: define it (planner/_work.py)."
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "declares nothing" warning
+        f = plan_features(data.dataset, est, _target(est, data), hardware=HW)
+    assert f["estimator"] != "other", cls.__name__
+    for plan in ("factorized-cpu", "materialized-cpu"):
+        seconds = plan_costs(f, plan)["seconds"]
+        assert math.isfinite(seconds) and seconds > 0
+        assert all(math.isfinite(v) for v in model_inputs(f, plan).values())
+
+
+class _CountingRegressor(RegressorMixin, BaseEstimator):
+    """An estimator the planner has never heard of: it declares its work."""
+
+    def __init__(self, *, passes=7, strategy="factorized"):
+        self.passes = passes
+        self.strategy = strategy
+
+    def fit(self, X, y):
+        op = X.operator_for(self.strategy) if hasattr(X, "operator_for") else X
+        self.coef_ = np.zeros(X.shape[1])
+        self.n_features_in_ = X.shape[1]
+        for _ in range(self.passes):
+            op.rmatmul(op.matmul(np.ones(X.shape[1])))
+        return self
+
+    def predict(self, X):
+        return np.zeros(X.shape[0])
+
+    def _plan_work(self, data, y):
+        return Work(
+            "counting",
+            "passes",
+            iterations=self.passes,
+            passes=float(self.passes),
+            passes_per_iteration=1.0,
+        )
+
+
+def test_a_new_estimator_is_planned_without_touching_the_planner(data):
+    auto = AutoPlan(_CountingRegressor(passes=7), cost_model="analytical")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        auto.fit(data.dataset, data.target)
+    assert auto.features_["estimator"] == "counting"
+    assert auto.features_["passes"] == 7.0
+    assert set(auto.predicted_seconds_) <= set(PLANS)
+    # Its own count drives the cost: ten times the passes, more seconds.
+    f7 = plan_features(data.dataset, _CountingRegressor(passes=7), hardware=HW)
+    f70 = plan_features(data.dataset, _CountingRegressor(passes=70), hardware=HW)
+    for plan in ("factorized-cpu", "materialized-cpu"):
+        assert (
+            plan_costs(f70, plan, cached=True)["seconds"]
+            > 5 * (plan_costs(f7, plan, cached=True)["seconds"])
+        )
+    # The learned model takes a kind it never saw (its code is a hash of the name).
+    auto = AutoPlan(_CountingRegressor(passes=3)).fit(data.dataset, data.target)
+    assert all(math.isfinite(s) for s in auto.predicted_seconds_.values())
+
+
+def test_an_estimator_without_declaration_is_named_in_a_warning(data):
+    class Undeclared(_CountingRegressor):
+        _plan_work = None
+
+    with pytest.warns(UserWarning, match="Undeclared does not declare"):
+        f = plan_features(data.dataset, Undeclared(), data.target, hardware=HW)
+    assert f["estimator"] == "other"
+
+
+def test_work_is_checked():
+    with pytest.raises(ValueError, match=r"plan_work\[.factorized.\] names components"):
+        Work("x", plan_work={"factorized": {"flops": 1.0}})
+    with pytest.raises(ValueError, match="representation"):
+        Work("x", plan_work={"fused": {"calls": 1.0}})
+    with pytest.raises(ValueError, match="non-empty"):
+        Work("")
+
+    class Wrong(_CountingRegressor):
+        def _plan_work(self, data, y):
+            return {"kind": "x"}
+
+    with pytest.raises(TypeError, match="must return a Work"):
+        plan_features(make_multi_source(50).dataset, Wrong(), hardware=HW)
+
+
+# ------------------------------------------------- the searches and K-Means
+def test_cv_estimators_cost_their_folds_and_candidates(data):
+    ds, y = data.dataset, data.target
+    one = plan_features(ds, FactorizedLogisticRegression(), y % 2 > 0, hardware=HW)
+    cv = plan_features(
+        ds, FactorizedLogisticRegressionCV(Cs=4, cv=3), y % 2 > 0, hardware=HW
+    )
+    # Per fold, 4 fits on 2/3 of the rows; then the refit: 9 fits' passes.
+    assert cv["fits"] == 3 * 4 + 1
+    assert cv["passes"] == pytest.approx(9 * one["passes"])
+    assert cv["estimator"] == one["estimator"]
+
+    lasso = plan_features(ds, FactorizedLasso(), y, hardware=HW)
+    lasso_cv = plan_features(ds, FactorizedLassoCV(alphas=10, cv=4), y, hardware=HW)
+    assert lasso_cv["fits"] == 4 * 10 + 1
+    assert lasso_cv["grams"] == 2  # the fold statistics: all rows, test folds
+    assert lasso_cv["passes"] == 2.0  # not max_iter passes: sweeps read the gram
+    assert lasso_cv["common_flops"] > 10 * lasso["common_flops"] / 50 * 5
+
+    ridge = plan_features(ds, FactorizedRidge(), y, hardware=HW)
+    loo = plan_features(ds, FactorizedRidgeCV(), y, hardware=HW)
+    assert loo["grams"] == 1 and loo["matmul_m"] == ds.shape[1]
+    kfold = plan_features(ds, FactorizedRidgeCV(cv=5), y, hardware=HW)
+    assert kfold["fits"] == 5 * 3 + 1 and kfold["grams"] == 2
+    for plan in ("factorized-cpu", "materialized-cpu"):
+        assert plan_costs(kfold, plan)["seconds"] > plan_costs(ridge, plan)["seconds"]
+
+
+def test_kmeans_expects_the_iterations_it_converges_in(data):
+    f = plan_features(data.dataset, FactorizedKMeans(8), hardware=HW)
+    assert f["iterations"] == 20  # not max_iter=300
+    f = plan_features(data.dataset, FactorizedKMeans(8, tol=0.0), hardware=HW)
+    assert f["iterations"] == 300  # no tolerance: every iteration runs
+    f = plan_features(data.dataset, FactorizedKMeans(8, max_iter=5), hardware=HW)
+    assert f["iterations"] == 5
+
+
+def test_iterations_run_rescale_the_declared_work(data):
+    f = plan_features(data.dataset, FactorizedKMeans(8, max_iter=10), hardware=HW)
+    g = with_iterations(f, 30)
+    assert g["passes"] == pytest.approx(30.0)
+    assert g["common_bytes"] > 2.5 * f["common_bytes"]
+    # A record written before the declarations (no passes_per_iteration) is
+    # rescaled as its solver was then.
+    legacy = {k: v for k, v in f.items() if k != "passes_per_iteration"}
+    assert with_iterations(legacy, 30)["passes"] == pytest.approx(30.0)
+
+
+# ------------------------------------------------------------------ trees
+def _star(n, r, c, seed=0):
+    rng = np.random.default_rng(seed)
+    base = rng.normal(size=(n, 2))
+    dim = rng.normal(size=(r, c))
+    return MultiSourceDataset.from_matrices([base, dim], [None, rng.integers(0, r, n)])
+
+
+def test_trees_count_the_grouped_histograms():
+    """A wide dimension whose rows repeat: the factorized histograms are many
+    times cheaper than the row-wise ones; binning runs on the sources."""
+    ds = _star(20_000, 200, 40)
+    y = np.zeros(len(ds))
+    f = plan_features(ds, FactorizedHistGradientBoostingRegressor(), y, hardware=HW)
+    assert (f["estimator"], f["solver"], f["joins"]) == ("trees", "hist", False)
+    assert f["passes"] == 0.0
+    fact, mat = f["plan_factorized_gather_bytes"], f["plan_materialized_gather_bytes"]
+    assert mat > 5 * fact
+    assert f["plan_materialized_setup_bytes"] > 10 * f["plan_factorized_setup_bytes"]
+    # The materialized trees build their own table: no join cache in their cost.
+    cached = plan_costs(f, "materialized-cpu", cached=True)["seconds"]
+    assert cached == plan_costs(f, "materialized-cpu", cached=False)["seconds"]
+    # Distinct rows as many as the rows: the grouped build saves nothing.
+    ds = _star(2_000, 2_000, 3)
+    f = plan_features(ds, FactorizedHistGradientBoostingRegressor(), y[:2000])
+    assert f["plan_factorized_gather_bytes"] == pytest.approx(
+        f["plan_materialized_gather_bytes"], rel=0.05
+    )
+
+
+def test_trees_work_follows_iterations_and_leaves():
+    ds = _star(5_000, 100, 10)
+    y = np.zeros(len(ds))
+    small = FactorizedHistGradientBoostingRegressor(max_iter=10, max_leaf_nodes=7)
+    big = clone(small).set_params(max_iter=40, max_leaf_nodes=31)
+    fs = plan_features(ds, small, y, hardware=HW)
+    fb = plan_features(ds, big, y, hardware=HW)
+    for plan in ("factorized-cpu", "materialized-cpu"):
+        assert plan_costs(fb, plan)["seconds"] > 4 * plan_costs(fs, plan)["seconds"]
+    # A record's iterations (early stopping) rescale the trees' work, not the
+    # binning.
+    g = with_iterations(fb, 20)
+    assert g["plan_factorized_gather_bytes"] == pytest.approx(
+        fb["plan_factorized_gather_bytes"] / 2
+    )
+    assert g["plan_factorized_setup_bytes"] == fb["plan_factorized_setup_bytes"]
+
+
+def test_autoplan_fits_the_trees_with_either_plan():
+    ds = _star(3_000, 50, 6, seed=1)
+    y = ds.materialize()[:, 3] + 0.1 * np.random.default_rng(0).normal(size=len(ds))
+    est = FactorizedHistGradientBoostingRegressor(max_iter=5, random_state=0)
+    preds = {}
+    for plan in ("factorized", "materialized"):
+        clear_materialization_cache()
+        auto = AutoPlan(est, plans=[plan], devices="cpu").fit(ds, y)
+        assert auto.plan_ == f"{plan}-cpu"
+        preds[plan] = auto.predict(ds)
+    np.testing.assert_allclose(preds["factorized"], preds["materialized"], rtol=1e-10)
