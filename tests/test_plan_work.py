@@ -265,3 +265,41 @@ def test_autoplan_fits_the_trees_with_either_plan():
         assert auto.plan_ == f"{plan}-cpu"
         preds[plan] = auto.predict(ds)
     np.testing.assert_allclose(preds["factorized"], preds["materialized"], rtol=1e-10)
+
+
+# ------------------------------------------------------------ calibration
+def test_calibration_times_an_estimator_named_by_its_class(tmp_path, monkeypatch):
+    """Calibration takes any public estimator by its class name and reads what
+    it needs (target, plans) from the estimator, not from a table of kinds."""
+    from ilargi_sklearn.planner import calibrate, read_records
+    from ilargi_sklearn.planner._calibrate import make_estimator
+
+    monkeypatch.setenv("ILARGI_CACHE_DIR", str(tmp_path / "cache"))
+    data = {"n_rows": 600, "tuple_ratio": 10.0}
+    work = [
+        {
+            "group": "synthetic",
+            "estimator": "FactorizedHistGradientBoostingClassifier",
+            "params": {"max_iter": 2, "early_stopping": False},
+            "data": data,
+            "classes": 3,
+        },
+        {
+            "group": "synthetic",
+            "estimator": "FactorizedLassoCV",
+            "params": {"alphas": 3, "cv": 2},
+            "data": data,
+        },
+    ]
+    path = tmp_path / "records.jsonl"
+    calibrate(path, workloads=work, repeats=1, progress=False, train=False)
+    records = read_records(path)
+    assert len(records) == 6
+    trees = [r for r in records if r["features"]["estimator"] == "trees"]
+    assert len(trees) == 3 and trees[0]["features"]["m"] == 3  # one tree per class
+    # The trees' materialized plan builds its own table: no join is timed.
+    assert all(r["materialize_seconds"] == 0.0 for r in trees)
+    lasso = [r for r in records if r["estimator"] == "FactorizedLassoCV"]
+    assert lasso[0]["features"]["fits"] == 2 * 3 + 1
+    with pytest.raises(ValueError, match="public estimator"):
+        make_estimator("FactorizedNothing")

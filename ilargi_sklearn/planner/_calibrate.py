@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.base import clone
-from sklearn.utils import check_random_state
+from sklearn.base import clone, is_classifier
+from sklearn.utils import check_random_state, get_tags
 
 from ilargi_sklearn.planner._cost_model import (
     _MODEL_FILE,
@@ -61,6 +61,12 @@ ESTIMATORS = (
     "glm",
     "pca",
     "svd",
+    "FactorizedRidgeCV",
+    "FactorizedLassoCV",
+    "FactorizedElasticNetCV",
+    "FactorizedLogisticRegressionCV",
+    "FactorizedHistGradientBoostingRegressor",
+    "FactorizedHistGradientBoostingClassifier",
 )
 
 #: The synthetic grid (make_multi_source parameters).
@@ -104,6 +110,24 @@ PARAMS = {
     # Sizes every schema of the grid allows (down to a handful of features).
     "pca": ({"n_components": 0.9}, {"n_components": 2}),
     "svd": tuple({"n_components": 2, "n_iter": it, "random_state": 0} for it in (2, 5)),
+    # The searches: few folds and candidates, short fits (the declaration
+    # multiplies one fit's work by them; the records teach the model how far
+    # that is from the measured time).
+    "FactorizedRidgeCV": ({}, {"cv": 3}),
+    "FactorizedLassoCV": ({"alphas": 10, "cv": 3, "max_iter": 50, "tol": 1e-4},),
+    "FactorizedElasticNetCV": (
+        {"l1_ratio": [0.5, 1.0], "alphas": 5, "cv": 3, "max_iter": 50, "tol": 1e-4},
+    ),
+    "FactorizedLogisticRegressionCV": ({"Cs": 3, "cv": 3, "max_iter": 5, "tol": 0.0},),
+    # Gradient-boosted trees: a few trees of several sizes, no early stopping.
+    "FactorizedHistGradientBoostingRegressor": tuple(
+        {"max_iter": it, "max_leaf_nodes": leaves, "early_stopping": False}
+        for it, leaves in ((5, 31), (10, 15), (3, 63))
+    ),
+    "FactorizedHistGradientBoostingClassifier": tuple(
+        {"max_iter": it, "max_leaf_nodes": leaves, "early_stopping": False}
+        for it, leaves in ((5, 31), (3, 15))
+    ),
 }
 #: Classes of the synthetic classification workloads (2: binary).
 CLASSES = (2, 4, 6)
@@ -128,6 +152,12 @@ HAMLET_PARAMS = {
     "ridge": {"alpha": 1.0, "solver": "lsqr", "max_iter": 3},
     "glm": {"power": 1.0, "alpha": 1e-3, "max_iter": 3, "tol": 1e-12},
     "svd": {"n_components": 4, "n_iter": 2, "random_state": 0},
+    "FactorizedLogisticRegressionCV": {"Cs": 2, "cv": 2, "max_iter": 3, "tol": 0.0},
+    "FactorizedHistGradientBoostingRegressor": {"max_iter": 5, "early_stopping": False},
+    "FactorizedHistGradientBoostingClassifier": {
+        "max_iter": 3,
+        "early_stopping": False,
+    },
 }
 # Schemas whose joined matrix would exceed this many bytes are not generated.
 _MAX_JOINED_BYTES = 300e6
@@ -138,24 +168,38 @@ MAX_FOLDS = 3
 _CHOICES = ("factorized-cpu", "materialized-cpu")
 
 
-def make_estimator(kind: str, params: dict[str, Any] | None = None):
-    """An estimator of kind ``kind`` (one of :data:`ESTIMATORS`)."""
-    from ilargi_sklearn import cluster, decomposition, linear_model
+#: Short names of the estimators in the workload ids of older records (the
+#: shipped ones); every other workload names a public estimator class.
+_ALIASES = {
+    "linear": "FactorizedLinearRegression",
+    "logistic": "FactorizedLogisticRegression",
+    "kmeans": "FactorizedKMeans",
+    "gnmf": "FactorizedGNMF",
+    "ridge": "FactorizedRidge",
+    "lasso": "FactorizedElasticNet",
+    "glm": "FactorizedTweedieRegressor",
+    "pca": "FactorizedPCA",
+    "svd": "FactorizedTruncatedSVD",
+}
 
-    classes = {
-        "linear": linear_model.FactorizedLinearRegression,
-        "logistic": linear_model.FactorizedLogisticRegression,
-        "kmeans": cluster.FactorizedKMeans,
-        "gnmf": decomposition.FactorizedGNMF,
-        "ridge": linear_model.FactorizedRidge,
-        "lasso": linear_model.FactorizedElasticNet,
-        "glm": linear_model.FactorizedTweedieRegressor,
-        "pca": decomposition.FactorizedPCA,
-        "svd": decomposition.FactorizedTruncatedSVD,
-    }
-    if kind not in classes:
-        raise ValueError(f"estimator must be one of {list(classes)}, got {kind!r}.")
-    return classes[kind](**(params or {}))
+
+def make_estimator(name: str, params: dict[str, Any] | None = None):
+    """The estimator ``name``: a public estimator class of ``ilargi_sklearn``
+    (``"FactorizedLassoCV"``) or a short name of older records (``"lasso"``)."""
+    import ilargi_sklearn
+
+    cls_name = _ALIASES.get(name, name)
+    cls = (
+        getattr(ilargi_sklearn, cls_name, None)
+        if cls_name in ilargi_sklearn.__all__
+        else None
+    )
+    if cls is None or not hasattr(cls, "fit"):
+        raise ValueError(
+            f"estimator must be a public estimator of ilargi_sklearn or one of "
+            f"{list(_ALIASES)}, got {name!r}."
+        )
+    return cls(**(params or {}))
 
 
 def _joined_bytes(schema: dict[str, Any]) -> float:
@@ -196,7 +240,8 @@ def default_workloads(
     hamlet_path : path-like, optional
         Folder of the Hamlet datasets.
     estimators : list of str
-        Estimator kinds.
+        Estimators: public estimator class names, or the short names of
+        :data:`ESTIMATORS`.
     random_state : int, RandomState instance or None, default=0
     grid : dict, optional
         The synthetic grid (``make_multi_source`` parameters to lists of values);
@@ -236,7 +281,7 @@ def default_workloads(
                 "estimator": kind,
                 "params": dict(choices[rs.randint(len(choices))]),
             }
-            if kind == "logistic":
+            if is_classifier(make_estimator(kind)):
                 w["classes"] = int(rs.choice(CLASSES))
             out.append(w)
     return out
@@ -417,23 +462,46 @@ def onehot_dataset(
 
 
 def _targets(w: dict[str, Any], ds, y):
-    kind = w["estimator"]
-    if kind in ("linear", "ridge", "lasso"):
-        return ds, np.asarray(y, dtype=np.float64)
-    if kind == "glm":
-        # exp of the standardized target: positive, every Tweedie power's domain.
-        y = np.asarray(y, dtype=np.float64)
-        z = (y - y.mean()) / max(float(y.std()), 1e-12)
-        return ds, np.exp(0.5 * np.clip(z, -6.0, 6.0))
-    if kind == "logistic":
+    """The data and target a workload's estimator takes, read from its tags: a
+    classifier's labels (``classes`` quantile bins of the target, or the
+    dataset's own labels), a positive target where the loss needs one, none for
+    the unsupervised, non-negative data where the estimator needs it."""
+    est = make_estimator(w["estimator"], w["params"])
+    tags = get_tags(est)
+    if tags.input_tags.positive_only and _has_negative(ds):
+        ds = ds**2  # non-negative, same sparsity
+    if not tags.target_tags.required:
+        return ds, None
+    y = np.asarray(y)
+    if is_classifier(est):
         k = w.get("classes")
-        if k is None:  # Hamlet: the dataset's own labels
-            return ds, np.asarray(y)
+        if k is None and (y.dtype.kind in "iub" or np.all(y == np.round(y))):
+            return ds, y  # the dataset's own labels (Hamlet)
+        k = 2 if k is None else int(k)
         edges = np.quantile(y, np.linspace(0, 1, k + 1)[1:-1])
         return ds, np.digitize(y, edges)
-    if kind == "gnmf" and "hamlet" not in w["data"]:
-        return ds**2, None  # non-negative, same sparsity
-    return ds, None
+    y = y.astype(np.float64)
+    power = w["params"].get("power", 0.0)
+    if tags.target_tags.positive_only or (
+        isinstance(power, (int, float)) and power > 0
+    ):
+        # exp of the standardized target: positive, every Tweedie power's domain.
+        z = (y - y.mean()) / max(float(y.std()), 1e-12)
+        return ds, np.exp(0.5 * np.clip(z, -6.0, 6.0))
+    return ds, y
+
+
+def _has_negative(ds) -> bool:
+    """Whether a source of ``ds`` holds a negative value (sources only: cheap)."""
+    import scipy.sparse as sp
+
+    op = getattr(ds, "operator", ds)
+    mats = [t.S for t in op.terms] if hasattr(op, "terms") else [getattr(op, "A", op)]
+    for S in mats:
+        data = S.data if sp.issparse(S) else np.asarray(S)
+        if data.size and float(np.min(data)) < 0:
+            return True
+    return False
 
 
 def _workload_estimator(w: dict[str, Any], X: Any):
@@ -461,12 +529,16 @@ def time_workload(
     repeats: int = 3,
     long_seconds: float = 2.0,
     max_seconds: float = 30.0,
+    joins: bool = True,
 ) -> dict[str, Any]:
     """Time the CPU plans of one fit, interleaved, after a discarded warm-up.
 
     The materialized plan is timed in two parts: building the joined matrix and
     fitting on it (``strategy="materialized"`` over the built matrix), so that both
-    the uncached time (their sum) and the cached time are known.
+    the uncached time (their sum) and the cached time are known. An estimator
+    whose materialized plan builds its own table (``joins=False`` in its declared
+    work: the trees) is fitted with ``strategy="materialized"`` on ``X`` itself;
+    its join time is then zero, and both times are the fit's.
 
     Parameters
     ----------
@@ -503,6 +575,11 @@ def time_workload(
         est.fit(X, y)
         tf = time.perf_counter() - t0
         n_iter = _n_iter(est)
+        if not joins:
+            est = clone(estimator).set_params(strategy="materialized")
+            t0 = time.perf_counter()
+            est.fit(X, y)
+            return tf, 0.0, time.perf_counter() - t0
         t0 = time.perf_counter()
         A = X.operator.materialize()
         tm = time.perf_counter() - t0
@@ -1003,7 +1080,8 @@ def calibrate(
         it is kept for training).
     hamlet_path : path-like, optional
         Folder of the Hamlet datasets (read, never copied).
-    estimators : list of str, default=("linear", "logistic", "kmeans", "gnmf")
+    estimators : list of str, default=ESTIMATORS
+        Estimators to time (public class names or short names).
     repeats : int, default=3
         Timed repetitions per plan (1 for long workloads).
     random_state : int, RandomState instance or None, default=0
@@ -1088,7 +1166,9 @@ def calibrate(
                 X, yy = _targets(w, ds, y)
                 est = _workload_estimator(w, X)
                 features = plan_features(X, est, yy, hardware=hw)
-                timings = time_workload(est, X, yy, repeats=repeats)
+                timings = time_workload(
+                    est, X, yy, repeats=repeats, joins=bool(features["joins"])
+                )
             except (MemoryError, ValueError) as exc:
                 logger.info("calibrate: skipped %s: %s", workload_id(w), exc)
                 continue
