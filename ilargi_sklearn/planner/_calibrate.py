@@ -368,6 +368,12 @@ def balanced_schemas(
     return [schemas[i] for i in order]
 
 
+def _own_table_bytes(features: dict[str, Any]) -> float:
+    """Bytes of a dense float64 table of the joined rows and columns (what an
+    estimator that builds its own table, ``joins=False``, holds)."""
+    return 8.0 * float(features["n_rows"]) * float(features["n_features"])
+
+
 def _plain(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
 
@@ -1166,6 +1172,14 @@ def calibrate(
                 X, yy = _targets(w, ds, y)
                 est = _workload_estimator(w, X)
                 features = plan_features(X, est, yy, hardware=hw)
+                if not features["joins"] and _own_table_bytes(features) > (
+                    _MAX_JOINED_BYTES / 4
+                ):
+                    # It builds a dense table of its own (the trees): bounded as
+                    # the join is, so that one workload never takes the budget.
+                    raise ValueError(
+                        f"a dense table of {_own_table_bytes(features) / 1e6:.0f} MB"
+                    )
                 timings = time_workload(
                     est, X, yy, repeats=repeats, joins=bool(features["joins"])
                 )
