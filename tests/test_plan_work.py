@@ -303,3 +303,20 @@ def test_calibration_times_an_estimator_named_by_its_class(tmp_path, monkeypatch
     assert lasso[0]["features"]["fits"] == 2 * 3 + 1
     with pytest.raises(ValueError, match="public estimator"):
         make_estimator("FactorizedNothing")
+
+
+def test_a_cached_join_does_not_count_for_the_trees():
+    """The materialized trees build their own table: a join cached by another
+    estimator changes neither their prediction nor what AutoPlan records."""
+    ds = _star(3_000, 50, 6, seed=2)
+    y = np.random.default_rng(0).normal(size=len(ds))
+    clear_materialization_cache()
+    trees = FactorizedHistGradientBoostingRegressor(max_iter=3)
+    before = AutoPlan(trees, cost_model="analytical").fit(ds, y).predicted_seconds_
+    AutoPlan(FactorizedRidge(), plans=["materialized"]).fit(ds, y)  # caches the join
+    auto = AutoPlan(trees, plans=["materialized"], cost_model="analytical")
+    auto.fit(ds, y)
+    assert auto.predicted_seconds_["materialized-cpu"] == pytest.approx(
+        before["materialized-cpu"]
+    )
+    assert auto.materialization_cached_ is False

@@ -489,7 +489,12 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
             if why:
                 fallback.append(why)
             features = plan_features(X, self.estimator, y)
-            cached = {p: is_materialization_cached(X, split_plan(p)[1]) for p in plans}
+            # An estimator that builds its own table (the trees) reads no join.
+            joins = bool(features.get("joins", True))
+            cached = {
+                p: joins and is_materialization_cached(X, split_plan(p)[1])
+                for p in plans
+            }
             stats = self._statistics_cached(X, plans, features, fit_params)
             model = load_cost_model(self.cost_model)
             predicted = model.predict(features, plans, cached, stats)
@@ -551,7 +556,7 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
         self.features_ = features
         self.fallback_reason_ = "; ".join(fallback) if fallback else None
         self.fit_seconds_ = seconds
-        self.materialization_cached_ = hit
+        self.materialization_cached_ = hit and bool(features.get("joins", True))
         self.statistics_cached_ = stats.get(plan)
         self.choice_reason_ = reason
         self.measured_seconds_ = measured
@@ -559,7 +564,11 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
             rows = max(n_rows, 1.0)
             _HISTORY.record(work, states[plan], seconds / rows)
             rep, device = split_plan(plan)
-            join = materialization_seconds(X, device) if rep == "materialized" else None
+            join = (
+                materialization_seconds(X, device)
+                if rep == "materialized" and features.get("joins", True)
+                else None
+            )
             if not hit and join is not None:
                 # This fit built the join: without that build it measured the
                 # plan with the join cached, the state of the fits to come (else
