@@ -15,7 +15,9 @@ Usage::
 ``ilargi_sklearn/planner/data/``. ``--estimators ridge,lasso,...`` times only those
 kinds; with ``--extend`` the shipped records are kept and trained on too, and the
 installed records are the shipped ones plus the new (the way a new estimator joins
-the shipped model without re-timing the others):
+the shipped model without re-timing the others); ``--add-records FILE`` trains on
+and ships records measured elsewhere too (the real datasets' timings of
+``eval_planner.py --goals --write-records``):
 
     python benchmarks/calibrate_default.py --hamlet ../shared/data/hamlet \
         --work /tmp/calib --budget 420 --estimators ridge,lasso,glm,pca,svd \
@@ -43,6 +45,13 @@ def main(argv=None):
     ap.add_argument("--install", action="store_true")
     ap.add_argument("--estimators", default=None, help="kinds to time (default all)")
     ap.add_argument("--extend", action="store_true", help="keep the shipped records")
+    ap.add_argument(
+        "--add-records",
+        action="append",
+        default=[],
+        help="records measured elsewhere to train on and ship too (repeatable; "
+        "eval_planner.py --goals --write-records writes the real datasets')",
+    )
     args = ap.parse_args(argv)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -57,6 +66,9 @@ def main(argv=None):
     shipped = Path(shipped_records_path())
     # Read before --install overwrites it.
     shipped_text = shipped.read_text() if args.extend else ""
+    added = [Path(p) for p in args.add_records]
+    added_text = "".join(p.read_text() for p in added)
+    base = ([shipped] if args.extend else []) + added
 
     t0 = time.perf_counter()
     result = calibrate(
@@ -71,7 +83,7 @@ def main(argv=None):
         # The shipped model is this run's records alone, measured on the current
         # kernels (the records it replaces are not), unless the run only adds
         # estimators to it.
-        base_records=shipped if args.extend else None,
+        base_records=base or None,
         install="always",
     )
     print(result.summary())
@@ -88,7 +100,7 @@ def main(argv=None):
             checksum_path(result.model_path), checksum_path(data / "cost_model.cbm")
         )
         new = (work / "calibration.jsonl").read_text()
-        (data / "calibration.jsonl").write_text(shipped_text + new)
+        (data / "calibration.jsonl").write_text(shipped_text + added_text + new)
         print(f"installed into {data}")
 
 
