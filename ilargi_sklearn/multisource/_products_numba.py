@@ -1,0 +1,431 @@
+"""Compiled (numba) one-column products of a factorized matrix: ``T x`` and ``T^T y``.
+
+NumPy evaluates ``T x`` per row group as a gather of the source-side product into an
+n-length temporary and an add (``np.take``, then ``+=``), and ``T^T y`` as one
+``np.bincount`` per row group; each pass reads and writes n-length arrays. Here each
+product makes one pass over the target rows for all row groups:
+
+* ``T x``: the source-side products ``z_g = sum_t S_t x_t`` of every row group are
+  stacked in one float64 table ``P`` (group ``g`` from ``offsets[g]``, followed by
+  one zero entry, ``offsets[g] + pads[g]``, that its unmatched rows take), by
+  compiled row products of the sources (:func:`_source_chunk` for CSR,
+  :func:`_dense_source_chunk` for dense rows). Then :func:`_gather_chunk` writes
+  each output row once: the identity source's row times its coefficients plus one
+  table entry per row group, summed in a register.
+* ``T^T y``: :func:`_scatter_chunk` sums ``y`` into per-chunk float64 tables of all
+  row groups and of the columns of a sparse identity source, and
+  :func:`_dense_t_chunk` sums a dense identity source's columns times ``y`` in
+  registers, in a second pass over the chunk's rows (1.3x faster than one pass
+  that does both); then each source's transposed product with its table
+  (:func:`_source_t`, :func:`_dense_source_t`).
+
+The identity source (the base table) is read inside the row pass in the format
+chosen for it when the operator's plan is built (``_operators.ProductPlan``): dense
+rows, CSR (a loop over each row's entries), COO (a loop over the entries of the
+chunk, for a base with fewer entries than rows, where CSR's per-row loop of zero or
+one trips mispredicts: 3.4x faster on Hamlet's Flights) or one entry per row (a
+one-hot column: the entry's column and value, no row pointers). A dense identity
+source of at most :data:`TUPLE_COLUMNS` columns gets its coefficients (and its
+column count) as a tuple: numba then compiles the row's dot product, or its eight
+column sums, for that width, unrolled and in registers (1.3x faster than a loop over
+an array at 4 columns; slower from 16 on, where registers run out); a wider one
+loops (``T x``) or goes to BLAS on one thread (``T^T y``).
+
+No BLAS runs on other threads: OpenBLAS's own threads, which spin, collapse when
+another process holds a core (``benchmarks/README.md``, "Threads on a busy
+machine"). The row passes run over chunks of target rows on the launcher's pool
+(:func:`~.._backend._launcher.chunks`: one thread below the sizes where a second
+pays, measured), the sources' products over row ranges of about equal entries.
+
+Results are those of the NumPy path up to rounding: sums run in float64 in another
+order (tolerance ``"compiled"``). ``T x`` writes each row from one thread, so its
+result does not depend on the thread count; ``T^T y`` sums its per-chunk tables in
+chunk order (it does, by rounding, on the number of chunks, as every chunked kernel
+of the package). The kernels register with :mod:`.._backend._launcher` (lazy numba
+import, the package's threads, :class:`~.._backend._launcher.CompiledUnavailable` on a
+compile failure, after which the operators run their NumPy code); the operators
+(:mod:`._operators`) call them for NumPy data only, where
+:func:`~.._backend._launcher.numba_available`. Figures: ``benchmarks/README.md``,
+"Fused products".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ilargi_sklearn._backend import _launcher
+
+_u = _launcher.U
+
+__all__ = [
+    "BASE_COO",
+    "BASE_CSR",
+    "BASE_NONE",
+    "BASE_ONE",
+    "TUPLE_COLUMNS",
+    "fused_matvec",
+    "fused_rmatvec",
+]
+
+#: Formats of a sparse identity source in the row passes (``kind``): none, CSR,
+#: COO (CSR's arrays plus the row of each entry) and one entry per row (CSR whose
+#: row pointers are ``0, 1, ..., n``: only the entries' columns and values are read).
+BASE_NONE, BASE_CSR, BASE_COO, BASE_ONE = 0, 1, 2, 3
+
+#: Widest dense identity source whose coefficients go to the row pass as a tuple.
+TUPLE_COLUMNS = 8
+
+
+def _source_chunk(indptr, indices, data, x, P, off, add, c, start, stop):
+    # P[off + r] (+)= S[r] . x for the CSR source rows r in [start, stop).
+    for r in range(start, stop):
+        acc = 0.0
+        for q in range(indptr[r], indptr[r + 1]):
+            v = _u(q)
+            acc += data[v] * x[_u(indices[v])]
+        p = _u(off + r)
+        if add:
+            P[p] += acc
+        else:
+            P[p] = acc
+
+
+def _dense_source_chunk(D, x, P, off, add, c, start, stop):
+    # P[off + r] (+)= D[r] . x for the dense source rows r in [start, stop).
+    width = D.shape[1]
+    for r in range(start, stop):
+        u = _u(r)
+        acc = 0.0
+        for j in range(width):
+            acc += D[u, _u(j)] * x[_u(j)]
+        p = _u(off + r)
+        if add:
+            P[p] += acc
+        else:
+            P[p] = acc
+
+
+def _gather_chunk(
+    X0,
+    w0,
+    kind,
+    indptr,
+    rows,
+    indices,
+    data,
+    wb,
+    idxs,
+    P,
+    offsets,
+    pads,
+    out,
+    c,
+    start,
+    stop,
+):
+    # out[i] = X0[i] . w0 + (sparse base row i) . wb + sum_g P[offsets[g] + idx_g[i]]
+    # with unmatched rows taking the group's zero entry (a select, not a branch: a
+    # branch mispredicts on scattered unmatched rows). len(w0) and len(idxs) are
+    # compile-time constants for tuples: the loops over them unroll.
+    d0 = len(w0)
+    n_groups = len(idxs)
+    for i in range(start, stop):
+        u = _u(i)
+        acc = 0.0
+        for j in range(d0):
+            acc += X0[u, _u(j)] * w0[j]
+        if kind == BASE_CSR:
+            for q in range(indptr[u], indptr[u + 1]):
+                v = _u(q)
+                acc += data[v] * wb[_u(indices[v])]
+        elif kind == BASE_ONE:
+            acc += data[u] * wb[_u(indices[u])]
+        for g in range(n_groups):
+            r = idxs[g][u]
+            acc += P[_u(offsets[g] + (r if r >= 0 else pads[g]))]
+        out[u] = acc
+    if kind == BASE_COO:
+        # The chunk's entries, in row order: the rows written above, each entry
+        # added to its row (no per-row loop of zero or one trips).
+        for q in range(indptr[start], indptr[stop]):
+            v = _u(q)
+            out[_u(rows[v])] += data[v] * wb[_u(indices[v])]
+
+
+def _scatter_chunk(
+    y,
+    idxs,
+    offsets,
+    pads,
+    kind,
+    indptr,
+    rows,
+    indices,
+    data,
+    bins,
+    accb,
+    c,
+    start,
+    stop,
+):
+    # bins[c, offsets[g] + idx_g[i]] += y[i] (unmatched rows into the group's pad
+    # entry, never read) and accb[c, col] += value * y[i] for the sparse base.
+    B = bins[c]
+    A = accb[c]
+    n_groups = len(idxs)
+    for i in range(start, stop):
+        u = _u(i)
+        yi = y[u]
+        if kind == BASE_CSR:
+            for q in range(indptr[u], indptr[u + 1]):
+                v = _u(q)
+                A[_u(indices[v])] += data[v] * yi
+        elif kind == BASE_ONE:
+            A[_u(indices[u])] += data[u] * yi
+        for g in range(n_groups):
+            r = idxs[g][u]
+            B[_u(offsets[g] + (r if r >= 0 else pads[g]))] += yi
+    if kind == BASE_COO:
+        for q in range(indptr[start], indptr[stop]):
+            v = _u(q)
+            A[_u(indices[v])] += data[v] * y[_u(rows[v])]
+
+
+def _dense_t_chunk(X0, width, y, acc, c, start, stop):
+    # acc[c, j] = sum_i X0[i, j] y[i] over rows [start, stop), for the columns
+    # j < len(width) <= 8: eight sums in registers, those past the width pruned at
+    # compile time (len(width) is a constant of the tuple's type). In the scatter
+    # pass these sums went through memory (bins may alias them): 1.5x slower.
+    d0 = len(width)
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+    for i in range(start, stop):
+        u = _u(i)
+        yi = y[u]
+        if d0 > 0:
+            a0 += X0[u, 0] * yi
+        if d0 > 1:
+            a1 += X0[u, 1] * yi
+        if d0 > 2:
+            a2 += X0[u, 2] * yi
+        if d0 > 3:
+            a3 += X0[u, 3] * yi
+        if d0 > 4:
+            a4 += X0[u, 4] * yi
+        if d0 > 5:
+            a5 += X0[u, 5] * yi
+        if d0 > 6:
+            a6 += X0[u, 6] * yi
+        if d0 > 7:
+            a7 += X0[u, 7] * yi
+    A = acc[c]
+    sums = (a0, a1, a2, a3, a4, a5, a6, a7)
+    for j in range(d0):
+        A[j] = sums[j]
+
+
+def _dense_source_t(D, b, off, out, start, stop):
+    # out[j] += D[r, j] b[off + r] over the dense source rows r in [start, stop).
+    width = D.shape[1]
+    for r in range(start, stop):
+        u = _u(r)
+        br = b[_u(off + r)]
+        for j in range(width):
+            out[_u(j)] += D[u, _u(j)] * br
+
+
+def _source_t(indptr, indices, data, b, off, out, start, stop):
+    # out[col] += S[r, col] * b[off + r] over the entries of CSR rows [start, stop).
+    for r in range(start, stop):
+        br = b[_u(off + r)]
+        for q in range(indptr[r], indptr[r + 1]):
+            v = _u(q)
+            out[_u(indices[v])] += data[v] * br
+
+
+# The fewest rows of a chunk worth a thread (``benchmarks/README.md``, "Fused
+# products"); for the sources' products, the fewest entries (multiply-adds).
+_launcher.register("products_source", _source_chunk, min_rows=32768)
+_launcher.register("products_gather", _gather_chunk, min_rows=65536)
+_launcher.register("products_scatter", _scatter_chunk, min_rows=131072)
+_launcher.register("products_source_t", _source_t, min_rows=32768)
+_launcher.register("products_dense_source", _dense_source_chunk)
+_launcher.register("products_dense_source_t", _dense_source_t)
+_launcher.register("products_dense_t", _dense_t_chunk)
+
+
+def _coefficients(x: np.ndarray, cols: slice | np.ndarray) -> np.ndarray:
+    """``x[cols]`` as a fresh, read-only float64 array (parameter-sized): the
+    kernels then see one array type, whatever the caller's ``x``."""
+    v = np.array(x[cols], dtype=np.float64)
+    v.flags.writeable = False
+    return v
+
+
+def _source_tasks(plan: Any, threads: int, name: str) -> list[tuple[int, int, int]]:
+    """The sources' products as ``(group, start, stop)`` tasks over source rows:
+    one per group on one thread, else row ranges of about equal work (entries),
+    :func:`~.._backend._launcher.chunks` of them over all groups."""
+    work = [sum(src.work for src in g) for g in plan.groups]
+    total = max(sum(work), 1)
+    n_tasks = _launcher.chunks(total, _launcher.MIN_CHUNK_ROWS[name], threads)
+    tasks = []
+    for g, (group, w) in enumerate(zip(plan.groups, work, strict=True)):
+        r = group[0].n_rows
+        parts = max(1, min(r, round(n_tasks * w / total))) if n_tasks > 1 else 1
+        if parts == 1:
+            tasks.append((g, 0, r))
+            continue
+        sparse = next((src for src in group if src.dense is None), None)
+        if sparse is None:
+            bounds = np.linspace(0, r, parts + 1)
+        else:
+            # Equal entries per range (CSR rows vary in length).
+            nnz = int(sparse.indptr[-1])
+            bounds = np.searchsorted(sparse.indptr, np.linspace(0, nnz, parts + 1))
+        bounds = np.unique(np.clip(np.round(bounds).astype(np.int64), 0, r))
+        bounds[0], bounds[-1] = 0, r
+        tasks.extend((g, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]))
+    return tasks
+
+
+def _run(task: Any, n_tasks: int, threads: int) -> None:
+    """``task(t)`` for each task: on the calling thread alone, or on the pool."""
+    if n_tasks == 1 or threads == 1:
+        for t in range(n_tasks):
+            task(t)
+    else:
+        _launcher.run_tasks(task, n_tasks, threads)
+
+
+def _source_products(plan: Any, x: np.ndarray, threads: int) -> np.ndarray:
+    """The stacked table ``P`` of the row groups' source-side products with ``x``."""
+    P = np.empty(plan.total)
+    P[plan.offsets + plan.pads] = 0.0
+    coefs = [[_coefficients(x, src.cols) for src in group] for group in plan.groups]
+    tasks = _source_tasks(plan, threads, "products_source")
+
+    def task(t: int) -> None:
+        g, start, stop = tasks[t]
+        for i, src in enumerate(plan.groups[g]):
+            xs = coefs[g][i]
+            if src.dense is not None:
+                head = (src.dense, xs, P, src.offset, i > 0, 0, start, stop)
+                _launcher.call("products_dense_source", *head)
+            else:
+                head = (src.indptr, src.indices, src.data, xs, P, src.offset, i > 0)
+                _launcher.call("products_source", *head, 0, start, stop)
+
+    _run(task, len(tasks), threads)
+    return P
+
+
+def fused_matvec(plan: Any, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``T x`` into ``out`` (shape ``(n_rows,)``) through the operator's plan.
+
+    Parameters
+    ----------
+    plan : ProductPlan
+        The operator's product plan (``_operators.ProductPlan``).
+    x : ndarray of shape (n_cols,)
+        Real numbers of any dtype.
+    out : ndarray of float32 or float64 of shape (n_rows,), C-contiguous
+        Written, every entry once.
+
+    Returns
+    -------
+    ndarray
+        ``out``.
+    """
+    n = plan.n_rows
+    threads = _launcher.n_threads()
+    P = _source_products(plan, x, threads)
+    if plan.dense is None:
+        X0, w0 = plan.no_dense, _coefficients(x, slice(0, 0))
+    else:
+        X0 = plan.dense
+        w0 = _coefficients(x, plan.dense_cols)
+        if w0.shape[0] <= TUPLE_COLUMNS:
+            w0 = tuple(float(v) for v in w0)
+    wb = _coefficients(x, plan.sparse_cols)
+    head = (X0, w0, plan.kind, plan.indptr, plan.rows, plan.indices, plan.data, wb)
+    head += (plan.idxs, P, plan.offsets, plan.pads, out)
+    min_rows = _launcher.MIN_CHUNK_ROWS["products_gather"]
+    n_chunks = _launcher.chunks(n, min_rows, threads)
+    _launcher.launch("products_gather", head, n, n_chunks, threads)
+    return out
+
+
+def fused_rmatvec(plan: Any, y: np.ndarray) -> np.ndarray:
+    """``T^T y`` as a float64 array of shape ``(n_cols,)`` through the plan.
+
+    Parameters
+    ----------
+    plan : ProductPlan
+        The operator's product plan (``_operators.ProductPlan``).
+    y : ndarray of float32 or float64 of shape (n_rows,), C-contiguous
+
+    Returns
+    -------
+    ndarray of float64 of shape (n_cols,)
+    """
+    n = plan.n_rows
+    threads = _launcher.n_threads()
+    y = y.view()
+    y.flags.writeable = False
+    # Per-chunk tables of the sources' size: one chunk per thread.
+    min_rows = _launcher.MIN_CHUNK_ROWS["products_scatter"]
+    n_chunks = _launcher.chunks(n, min_rows, threads, per_thread=1)
+    bins = np.zeros((n_chunks, plan.total))
+    accb = np.zeros((n_chunks, plan.sparse_width))
+    X0 = plan.dense
+    acc0 = None if X0 is None else np.zeros((n_chunks, X0.shape[1]))
+    head = (y, plan.idxs, plan.offsets, plan.pads, plan.kind, plan.indptr)
+    head += (plan.rows, plan.indices, plan.data, bins, accb)
+    step = -(-n // n_chunks)
+
+    def scatter(c: int) -> None:
+        start, stop = c * step, min(n, (c + 1) * step)
+        _launcher.call("products_scatter", *head, c, start, stop)
+        if acc0 is None:
+            return
+        # The dense identity source in a pass of its own (two passes over the
+        # rows beat one that also scatters: 1.3x).
+        if X0.shape[1] <= TUPLE_COLUMNS:
+            width = (0,) * X0.shape[1]
+            _launcher.call("products_dense_t", X0, width, y, acc0, c, start, stop)
+        else:
+            with _launcher.one_blas_thread():
+                acc0[c] = y[start:stop] @ X0[start:stop]
+
+    _run(scatter, n_chunks, threads)
+    out = np.zeros(plan.n_cols)
+    b = bins[0] if n_chunks == 1 else bins.sum(axis=0)
+    b.flags.writeable = False
+    if acc0 is not None:
+        out[plan.dense_cols] += acc0[0] if n_chunks == 1 else acc0.sum(axis=0)
+    if plan.kind != BASE_NONE:
+        out[plan.sparse_cols] += accb[0] if n_chunks == 1 else accb.sum(axis=0)
+    # The sources' transposed products, each task into its own part (summed in
+    # task order below: the result does not depend on the scheduling).
+    tasks = _source_tasks(plan, threads, "products_source_t")
+    parts: list[list[np.ndarray]] = [[] for _ in tasks]
+
+    def transposed(t: int) -> None:
+        g, start, stop = tasks[t]
+        for src in plan.groups[g]:
+            part = np.zeros(src.width)
+            if src.dense is not None:
+                args = (src.dense, b, src.offset, part, start, stop)
+                _launcher.call("products_dense_source_t", *args)
+            else:
+                args = (src.indptr, src.indices, src.data, b, src.offset, part)
+                _launcher.call("products_source_t", *args, start, stop)
+            parts[t].append(part)
+
+    _run(transposed, len(tasks), threads)
+    for t, (g, _, _) in enumerate(tasks):
+        for src, part in zip(plan.groups[g], parts[t], strict=True):
+            out[src.cols] += part
+    return out
