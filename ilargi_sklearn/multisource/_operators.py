@@ -1317,9 +1317,6 @@ def fused_layout(op: Operator) -> FusedLayout | None:
 #: ``benchmarks/README.md``, "Fused products").
 _COO_MAX_ENTRIES_PER_ROW = 1.0
 
-_INT32_MAX = np.iinfo(np.int32).max
-
-
 def _frozen(a: np.ndarray) -> np.ndarray:
     """A read-only view of ``a``: numba types read-only arrays apart from writable
     ones, so the plan hands the kernels read-only arrays only (one compiled
@@ -1330,12 +1327,11 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 
 
 def _csr_arrays(S: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(indptr, indices, data)`` of a sparse ``S`` for the kernels: int32 where
-    the entries and columns fit (SciPy's own choice; one index type for the
-    kernels), else int64; shared with a CSR ``S`` where the types already agree."""
+    """``(indptr, indices, data)`` of a sparse ``S`` for the kernels, read-only
+    views of a CSR ``S``'s own arrays (no copy: the kernels compile for its index
+    type, int32 or int64)."""
     S = sp.csr_matrix(S)
-    small = S.nnz < _INT32_MAX and S.shape[1] < _INT32_MAX
-    itype = np.int32 if small else np.int64
+    itype = np.promote_types(S.indptr.dtype, S.indices.dtype)
     return (
         _frozen(np.ascontiguousarray(S.indptr, dtype=itype)),
         _frozen(np.ascontiguousarray(S.indices, dtype=itype)),
@@ -1410,7 +1406,8 @@ class ProductPlan:
     rows; a sparse identity source as one entry per row (CSR row pointers
     ``0, 1, ..., n``: a one-hot column), as COO (fewer than
     :data:`_COO_MAX_ENTRIES_PER_ROW` entries per row) or as CSR. Every array is a
-    read-only view (no copy of a source, except an index array of another type).
+    read-only view of the sources' own (no copy), except the dense form of a sparse
+    source (no bigger than it) and the rows of a COO identity source.
     """
 
     n_rows: int

@@ -256,9 +256,13 @@ _launcher.register("products_dense_t", _dense_t_chunk)
 
 
 def _coefficients(x: np.ndarray, cols: slice | np.ndarray) -> np.ndarray:
-    """``x[cols]`` as a fresh, read-only float64 array (parameter-sized): the
-    kernels then see one array type, whatever the caller's ``x``."""
-    v = np.array(x[cols], dtype=np.float64)
+    """``x[cols]`` as a read-only, C-contiguous float64 array (a view where it can
+    be): the kernels then see one array type, whatever the caller's ``x``."""
+    v = x[cols]
+    if v.dtype == np.float64 and v.flags.c_contiguous:
+        v = v.view()
+    else:
+        v = np.ascontiguousarray(v, dtype=np.float64)
     v.flags.writeable = False
     return v
 
