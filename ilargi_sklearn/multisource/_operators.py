@@ -1317,6 +1317,7 @@ def fused_layout(op: Operator) -> FusedLayout | None:
 #: ``benchmarks/README.md``, "Fused products").
 _COO_MAX_ENTRIES_PER_ROW = 1.0
 
+
 def _frozen(a: np.ndarray) -> np.ndarray:
     """A read-only view of ``a``: numba types read-only arrays apart from writable
     ones, so the plan hands the kernels read-only arrays only (one compiled
@@ -1362,9 +1363,12 @@ class PlanSource:
     Attributes
     ----------
     dense : ndarray of shape (n_rows, width) or None
-        The source as dense rows (BLAS products), or None for CSR.
+        The source as dense rows, or None for CSR.
     indptr, indices, data : ndarray
-        Its CSR arrays (compiled products) when ``dense`` is None.
+        Its CSR arrays when ``dense`` is None.
+    binary : bool
+        Whether every stored value is 1 (a one-hot encoding: the kernels do not
+        read the values).
     n_rows : int
     cols : slice or ndarray of int
         Target columns of the source's columns (the term's ``col_index``).
@@ -1376,6 +1380,7 @@ class PlanSource:
     indptr: np.ndarray | None
     indices: np.ndarray | None
     data: np.ndarray | None
+    binary: bool
     n_rows: int
     width: int
     cols: slice | np.ndarray
@@ -1405,7 +1410,8 @@ class ProductPlan:
     call: a sparse source whose dense form takes no more bytes is read as dense
     rows; a sparse identity source as one entry per row (CSR row pointers
     ``0, 1, ..., n``: a one-hot column), as COO (fewer than
-    :data:`_COO_MAX_ENTRIES_PER_ROW` entries per row) or as CSR. Every array is a
+    :data:`_COO_MAX_ENTRIES_PER_ROW` entries per row) or as CSR; the values of a
+    binary sparse source (a one-hot encoding) are not read. Every array is a
     read-only view of the sources' own (no copy), except the dense form of a sparse
     source (no bigger than it) and the rows of a COO identity source.
     """
@@ -1419,6 +1425,7 @@ class ProductPlan:
     rows: np.ndarray
     indices: np.ndarray
     data: np.ndarray
+    binary: bool
     sparse_cols: slice | np.ndarray
     sparse_width: int
     idxs: tuple
@@ -1468,8 +1475,9 @@ def _product_plan(fm: FactorizedMatrix) -> ProductPlan | None:
         for t in terms:
             D = _as_dense(t.S)
             parts = (None, None, None) if D is not None else _csr_arrays(t.S)
+            binary = parts[2] is not None and bool(np.all(parts[2] == 1))
             r, width = int(t.S.shape[0]), int(t.S.shape[1])
-            group.append(PlanSource(D, *parts, r, width, t.col_index, offset))
+            group.append(PlanSource(D, *parts, binary, r, width, t.col_index, offset))
         groups.append(tuple(group))
         r = rows.n_source_rows
         idxs.append(_frozen(np.ascontiguousarray(rows.idx, dtype=np.int64)))
@@ -1481,8 +1489,10 @@ def _product_plan(fm: FactorizedMatrix) -> ProductPlan | None:
     kind, width = BASE_NONE, 0
     indptr = indices = coo_rows = _frozen(np.zeros(1, dtype=np.int32))
     data = _frozen(np.zeros(0, dtype=fm.dtype))
+    binary = False
     if base is not None:
         indptr, indices, data = _csr_arrays(base)
+        binary = bool(np.all(data == 1))
         width = int(base.shape[1])
         nnz = int(indptr[-1])
         if nnz == n and np.array_equal(indptr, np.arange(n + 1)):
@@ -1503,6 +1513,7 @@ def _product_plan(fm: FactorizedMatrix) -> ProductPlan | None:
         rows=coo_rows,
         indices=indices,
         data=data,
+        binary=binary,
         sparse_cols=base_cols,
         sparse_width=width,
         idxs=tuple(idxs),

@@ -78,13 +78,15 @@ BASE_NONE, BASE_CSR, BASE_COO, BASE_ONE = 0, 1, 2, 3
 TUPLE_COLUMNS = 8
 
 
-def _source_chunk(indptr, indices, data, x, P, off, add, c, start, stop):
-    # P[off + r] (+)= S[r] . x for the CSR source rows r in [start, stop).
+def _source_chunk(indptr, indices, data, binary, x, P, off, add, c, start, stop):
+    # P[off + r] (+)= S[r] . x for the CSR source rows r in [start, stop); a binary
+    # source's values (all 1, a one-hot encoding) are not read.
     for r in range(start, stop):
         acc = 0.0
         for q in range(indptr[r], indptr[r + 1]):
             v = _u(q)
-            acc += data[v] * x[_u(indices[v])]
+            xv = x[_u(indices[v])]
+            acc += xv if binary else data[v] * xv
         p = _u(off + r)
         if add:
             P[p] += acc
@@ -115,6 +117,7 @@ def _gather_chunk(
     rows,
     indices,
     data,
+    binary,
     wb,
     idxs,
     P,
@@ -139,9 +142,11 @@ def _gather_chunk(
         if kind == BASE_CSR:
             for q in range(indptr[u], indptr[u + 1]):
                 v = _u(q)
-                acc += data[v] * wb[_u(indices[v])]
+                wv = wb[_u(indices[v])]
+                acc += wv if binary else data[v] * wv
         elif kind == BASE_ONE:
-            acc += data[u] * wb[_u(indices[u])]
+            wv = wb[_u(indices[u])]
+            acc += wv if binary else data[u] * wv
         for g in range(n_groups):
             r = idxs[g][u]
             acc += P[_u(offsets[g] + (r if r >= 0 else pads[g]))]
@@ -151,7 +156,8 @@ def _gather_chunk(
         # added to its row (no per-row loop of zero or one trips).
         for q in range(indptr[start], indptr[stop]):
             v = _u(q)
-            out[_u(rows[v])] += data[v] * wb[_u(indices[v])]
+            wv = wb[_u(indices[v])]
+            out[_u(rows[v])] += wv if binary else data[v] * wv
 
 
 def _scatter_chunk(
@@ -164,6 +170,7 @@ def _scatter_chunk(
     rows,
     indices,
     data,
+    binary,
     bins,
     accb,
     c,
@@ -181,16 +188,17 @@ def _scatter_chunk(
         if kind == BASE_CSR:
             for q in range(indptr[u], indptr[u + 1]):
                 v = _u(q)
-                A[_u(indices[v])] += data[v] * yi
+                A[_u(indices[v])] += yi if binary else data[v] * yi
         elif kind == BASE_ONE:
-            A[_u(indices[u])] += data[u] * yi
+            A[_u(indices[u])] += yi if binary else data[u] * yi
         for g in range(n_groups):
             r = idxs[g][u]
             B[_u(offsets[g] + (r if r >= 0 else pads[g]))] += yi
     if kind == BASE_COO:
         for q in range(indptr[start], indptr[stop]):
             v = _u(q)
-            A[_u(indices[v])] += data[v] * y[_u(rows[v])]
+            yv = y[_u(rows[v])]
+            A[_u(indices[v])] += yv if binary else data[v] * yv
 
 
 def _dense_t_chunk(X0, width, y, acc, c, start, stop):
@@ -235,13 +243,13 @@ def _dense_source_t(D, b, off, out, start, stop):
             out[_u(j)] += D[u, _u(j)] * br
 
 
-def _source_t(indptr, indices, data, b, off, out, start, stop):
+def _source_t(indptr, indices, data, binary, b, off, out, start, stop):
     # out[col] += S[r, col] * b[off + r] over the entries of CSR rows [start, stop).
     for r in range(start, stop):
         br = b[_u(off + r)]
         for q in range(indptr[r], indptr[r + 1]):
             v = _u(q)
-            out[_u(indices[v])] += data[v] * br
+            out[_u(indices[v])] += br if binary else data[v] * br
 
 
 # The fewest rows of a chunk worth a thread (``benchmarks/README.md``, "Fused
@@ -318,7 +326,8 @@ def _source_products(plan: Any, x: np.ndarray, threads: int) -> np.ndarray:
                 head = (src.dense, xs, P, src.offset, i > 0, 0, start, stop)
                 _launcher.call("products_dense_source", *head)
             else:
-                head = (src.indptr, src.indices, src.data, xs, P, src.offset, i > 0)
+                head = (src.indptr, src.indices, src.data, src.binary, xs, P)
+                head += (src.offset, i > 0)
                 _launcher.call("products_source", *head, 0, start, stop)
 
     _run(task, len(tasks), threads)
@@ -353,8 +362,8 @@ def fused_matvec(plan: Any, x: np.ndarray, out: np.ndarray) -> np.ndarray:
         if w0.shape[0] <= TUPLE_COLUMNS:
             w0 = tuple(float(v) for v in w0)
     wb = _coefficients(x, plan.sparse_cols)
-    head = (X0, w0, plan.kind, plan.indptr, plan.rows, plan.indices, plan.data, wb)
-    head += (plan.idxs, P, plan.offsets, plan.pads, out)
+    head = (X0, w0, plan.kind, plan.indptr, plan.rows, plan.indices, plan.data)
+    head += (plan.binary, wb, plan.idxs, P, plan.offsets, plan.pads, out)
     min_rows = _launcher.MIN_CHUNK_ROWS["products_gather"]
     n_chunks = _launcher.chunks(n, min_rows, threads)
     _launcher.launch("products_gather", head, n, n_chunks, threads)
@@ -386,7 +395,7 @@ def fused_rmatvec(plan: Any, y: np.ndarray) -> np.ndarray:
     X0 = plan.dense
     acc0 = None if X0 is None else np.zeros((n_chunks, X0.shape[1]))
     head = (y, plan.idxs, plan.offsets, plan.pads, plan.kind, plan.indptr)
-    head += (plan.rows, plan.indices, plan.data, bins, accb)
+    head += (plan.rows, plan.indices, plan.data, plan.binary, bins, accb)
     step = -(-n // n_chunks)
 
     def scatter(c: int) -> None:
@@ -424,7 +433,8 @@ def fused_rmatvec(plan: Any, y: np.ndarray) -> np.ndarray:
                 args = (src.dense, b, src.offset, part, start, stop)
                 _launcher.call("products_dense_source_t", *args)
             else:
-                args = (src.indptr, src.indices, src.data, b, src.offset, part)
+                args = (src.indptr, src.indices, src.data, src.binary, b)
+                args += (src.offset, part)
                 _launcher.call("products_source_t", *args, start, stop)
             parts[t].append(part)
 
