@@ -226,8 +226,9 @@ def _star(n=50, base=None, seed=0, dtype=np.float64):
     return MultiSourceDataset.from_matrices([base, D], [None, idx], dtype=dtype)
 
 
-def test_plan_formats_of_the_base():
-    n = 40
+@pytest.mark.parametrize("n", [40, 2 * pn.BLOCK_ROWS + 17])
+def test_plan_formats_of_the_base(n):
+    # Also over several blocks of the row passes (the sparse base's own loop).
     rng = np.random.default_rng(0)
     one = sp.csr_matrix((np.ones(n), rng.integers(0, 5, n), np.arange(n + 1)))
     few = sp.random(n, 8, density=0.05, random_state=0, format="csr")

@@ -77,6 +77,10 @@ BASE_NONE, BASE_CSR, BASE_COO, BASE_ONE = 0, 1, 2, 3
 #: Widest dense identity source whose coefficients go to the row pass as a tuple.
 TUPLE_COLUMNS = 8
 
+#: Target rows per block of the row passes (their outputs stay in cache between
+#: the loop over the row groups and the loop over a sparse base).
+BLOCK_ROWS = 8192
+
 
 def _source_chunk(indptr, indices, data, binary, x, P, off, add, c, start, stop):
     # P[off + r] (+)= S[r] . x for the CSR source rows r in [start, stop); a binary
@@ -109,6 +113,52 @@ def _dense_source_chunk(D, x, P, off, add, c, start, stop):
             P[p] = acc
 
 
+def _base_rows(kind, indptr, rows, indices, data, binary, wb, out, lo, hi):
+    # out[i] += (sparse base row i) . wb for the rows [lo, hi).
+    if kind == BASE_CSR:
+        for i in range(lo, hi):
+            u = _u(i)
+            acc = out[u]
+            for q in range(indptr[u], indptr[u + 1]):
+                v = _u(q)
+                wv = wb[_u(indices[v])]
+                acc += wv if binary else data[v] * wv
+            out[u] = acc
+    elif kind == BASE_ONE:
+        for i in range(lo, hi):
+            u = _u(i)
+            wv = wb[_u(indices[u])]
+            out[u] += wv if binary else data[u] * wv
+    elif kind == BASE_COO:
+        # The entries of the rows in row order (no per-row loop of zero or one
+        # trips).
+        for q in range(indptr[lo], indptr[hi]):
+            v = _u(q)
+            wv = wb[_u(indices[v])]
+            out[_u(rows[v])] += wv if binary else data[v] * wv
+
+
+def _base_cols(kind, indptr, rows, indices, data, binary, y, A, lo, hi):
+    # A[col] += value * y[i] over the sparse base's entries of the rows [lo, hi).
+    if kind == BASE_CSR:
+        for i in range(lo, hi):
+            u = _u(i)
+            yi = y[u]
+            for q in range(indptr[u], indptr[u + 1]):
+                v = _u(q)
+                A[_u(indices[v])] += yi if binary else data[v] * yi
+    elif kind == BASE_ONE:
+        for i in range(lo, hi):
+            u = _u(i)
+            yi = y[u]
+            A[_u(indices[u])] += yi if binary else data[u] * yi
+    elif kind == BASE_COO:
+        for q in range(indptr[lo], indptr[hi]):
+            v = _u(q)
+            yv = y[_u(rows[v])]
+            A[_u(indices[v])] += yv if binary else data[v] * yv
+
+
 def _gather_chunk(
     X0,
     w0,
@@ -128,36 +178,30 @@ def _gather_chunk(
     start,
     stop,
 ):
-    # out[i] = X0[i] . w0 + (sparse base row i) . wb + sum_g P[offsets[g] + idx_g[i]]
+    # out[i] = X0[i] . w0 + sum_g P[offsets[g] + idx_g[i]] + (sparse base row i) . wb
     # with unmatched rows taking the group's zero entry (a select, not a branch: a
     # branch mispredicts on scattered unmatched rows). len(w0) and len(idxs) are
-    # compile-time constants for tuples: the loops over them unroll.
+    # compile-time constants for tuples: the loops over them unroll. The sparse
+    # base is added per block of rows (still in cache) by a kernel of its own: in
+    # the row loop its branches cost 1.6x, and so did its loops inlined here, even
+    # where there is no sparse base.
     d0 = len(w0)
     n_groups = len(idxs)
-    for i in range(start, stop):
-        u = _u(i)
-        acc = 0.0
-        for j in range(d0):
-            acc += X0[u, _u(j)] * w0[j]
-        if kind == BASE_CSR:
-            for q in range(indptr[u], indptr[u + 1]):
-                v = _u(q)
-                wv = wb[_u(indices[v])]
-                acc += wv if binary else data[v] * wv
-        elif kind == BASE_ONE:
-            wv = wb[_u(indices[u])]
-            acc += wv if binary else data[u] * wv
-        for g in range(n_groups):
-            r = idxs[g][u]
-            acc += P[_u(offsets[g] + (r if r >= 0 else pads[g]))]
-        out[u] = acc
-    if kind == BASE_COO:
-        # The chunk's entries, in row order: the rows written above, each entry
-        # added to its row (no per-row loop of zero or one trips).
-        for q in range(indptr[start], indptr[stop]):
-            v = _u(q)
-            wv = wb[_u(indices[v])]
-            out[_u(rows[v])] += wv if binary else data[v] * wv
+    for lo in range(start, stop, BLOCK_ROWS):
+        hi = min(lo + BLOCK_ROWS, stop)
+        for i in range(lo, hi):
+            u = _u(i)
+            acc = 0.0
+            for j in range(d0):
+                acc += X0[u, _u(j)] * w0[j]
+            for g in range(n_groups):
+                r = idxs[g][u]
+                acc += P[_u(offsets[g] + (r if r >= 0 else pads[g]))]
+            out[u] = acc
+        if kind != BASE_NONE:
+            _base_rows_kernel(
+                kind, indptr, rows, indices, data, binary, wb, out, lo, hi
+            )
 
 
 def _scatter_chunk(
@@ -178,27 +222,21 @@ def _scatter_chunk(
     stop,
 ):
     # bins[c, offsets[g] + idx_g[i]] += y[i] (unmatched rows into the group's pad
-    # entry, never read) and accb[c, col] += value * y[i] for the sparse base.
+    # entry, never read) and accb[c, col] += value * y[i] for the sparse base, per
+    # block of rows by a kernel of its own (as in _gather_chunk).
     B = bins[c]
     A = accb[c]
     n_groups = len(idxs)
-    for i in range(start, stop):
-        u = _u(i)
-        yi = y[u]
-        if kind == BASE_CSR:
-            for q in range(indptr[u], indptr[u + 1]):
-                v = _u(q)
-                A[_u(indices[v])] += yi if binary else data[v] * yi
-        elif kind == BASE_ONE:
-            A[_u(indices[u])] += yi if binary else data[u] * yi
-        for g in range(n_groups):
-            r = idxs[g][u]
-            B[_u(offsets[g] + (r if r >= 0 else pads[g]))] += yi
-    if kind == BASE_COO:
-        for q in range(indptr[start], indptr[stop]):
-            v = _u(q)
-            yv = y[_u(rows[v])]
-            A[_u(indices[v])] += yv if binary else data[v] * yv
+    for lo in range(start, stop, BLOCK_ROWS):
+        hi = min(lo + BLOCK_ROWS, stop)
+        for i in range(lo, hi):
+            u = _u(i)
+            yi = y[u]
+            for g in range(n_groups):
+                r = idxs[g][u]
+                B[_u(offsets[g] + (r if r >= 0 else pads[g]))] += yi
+        if kind != BASE_NONE:
+            _base_cols_kernel(kind, indptr, rows, indices, data, binary, y, A, lo, hi)
 
 
 def _dense_t_chunk(X0, width, y, acc, c, start, stop):
@@ -261,6 +299,22 @@ _launcher.register("products_source_t", _source_t, min_rows=32768)
 _launcher.register("products_dense_source", _dense_source_chunk)
 _launcher.register("products_dense_source_t", _dense_source_t)
 _launcher.register("products_dense_t", _dense_t_chunk)
+_launcher.register("products_base_rows", _base_rows)
+_launcher.register("products_base_cols", _base_cols)
+
+
+#: The jitted kernels that other kernels call (numba resolves these globals when
+#: it compiles the caller), set by :func:`_define` before the first launch, so
+#: that numba is imported only then.
+_base_rows_kernel: Any = None
+_base_cols_kernel: Any = None
+
+
+def _define() -> None:
+    global _base_rows_kernel, _base_cols_kernel
+    if _base_rows_kernel is None:
+        _base_cols_kernel = _launcher._dispatcher("products_base_cols")
+        _base_rows_kernel = _launcher._dispatcher("products_base_rows")
 
 
 def _coefficients(x: np.ndarray, cols: slice | np.ndarray) -> np.ndarray:
@@ -353,6 +407,7 @@ def fused_matvec(plan: Any, x: np.ndarray, out: np.ndarray) -> np.ndarray:
     """
     n = plan.n_rows
     threads = _launcher.n_threads()
+    _define()
     P = _source_products(plan, x, threads)
     if plan.dense is None:
         X0, w0 = plan.no_dense, _coefficients(x, slice(0, 0))
@@ -385,6 +440,7 @@ def fused_rmatvec(plan: Any, y: np.ndarray) -> np.ndarray:
     """
     n = plan.n_rows
     threads = _launcher.n_threads()
+    _define()
     y = y.view()
     y.flags.writeable = False
     # Per-chunk tables of the sources' size: one chunk per thread.
