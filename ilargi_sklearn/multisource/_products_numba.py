@@ -476,15 +476,21 @@ def fused_rmatvec(plan: Any, y: np.ndarray) -> np.ndarray:
         out[plan.dense_cols] += acc0[0] if n_chunks == 1 else acc0.sum(axis=0)
     if plan.kind != BASE_NONE:
         out[plan.sparse_cols] += accb[0] if n_chunks == 1 else accb.sum(axis=0)
-    # The sources' transposed products, each task into its own part (summed in
-    # task order below: the result does not depend on the scheduling).
+    # The sources' transposed products. On one thread each adds into its columns
+    # of the output (a view where they are contiguous); on several, each task into
+    # its own part, added in task order below (the result does not depend on the
+    # scheduling).
     tasks = _source_tasks(plan, threads, "products_source_t")
-    parts: list[list[np.ndarray]] = [[] for _ in tasks]
+    direct = len(tasks) == 1 or threads == 1
+    parts: list[list[np.ndarray | None]] = [[] for _ in tasks]
 
     def transposed(t: int) -> None:
         g, start, stop = tasks[t]
         for src in plan.groups[g]:
-            part = np.zeros(src.width)
+            if direct and isinstance(src.cols, slice):
+                part, placed = out[src.cols], None
+            else:
+                part = placed = np.zeros(src.width)
             if src.dense is not None:
                 args = (src.dense, b, src.offset, part, start, stop)
                 _launcher.call("products_dense_source_t", *args)
@@ -492,10 +498,11 @@ def fused_rmatvec(plan: Any, y: np.ndarray) -> np.ndarray:
                 args = (src.indptr, src.indices, src.data, src.binary, b)
                 args += (src.offset, part)
                 _launcher.call("products_source_t", *args, start, stop)
-            parts[t].append(part)
+            parts[t].append(placed)
 
     _run(transposed, len(tasks), threads)
     for t, (g, _, _) in enumerate(tasks):
         for src, part in zip(plan.groups[g], parts[t], strict=True):
-            out[src.cols] += part
+            if part is not None:
+                out[src.cols] += part
     return out
