@@ -294,7 +294,7 @@ def test_wrong_shapes_raise_naming_the_shapes():
         op.rmatmul(np.ones(op.n_rows + 2))
 
 
-@pytest.mark.parametrize("scenario", ["left", "sparse"])
+@pytest.mark.parametrize("scenario", ["left", "sparse", "overlap"])
 def test_results_do_not_depend_on_the_thread_count(scenario, monkeypatch):
     # Force several chunks on several threads: T @ w writes each row from one
     # thread (bitwise the same); T^T y sums per-chunk tables (equal to rounding).

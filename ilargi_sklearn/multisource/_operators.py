@@ -1374,6 +1374,9 @@ class PlanSource:
         Target columns of the source's columns (the term's ``col_index``).
     offset : int
         First row of its group's table.
+    own_cols : bool
+        Whether no other term places values in its target columns (its
+        transposed product can then add into them while others run).
     """
 
     dense: np.ndarray | None
@@ -1385,6 +1388,7 @@ class PlanSource:
     width: int
     cols: slice | np.ndarray
     offset: int
+    own_cols: bool
 
     @property
     def work(self) -> int:
@@ -1452,6 +1456,10 @@ def _product_plan(fm: FactorizedMatrix) -> ProductPlan | None:
         or any(np.dtype(t.S.dtype) not in (np.float32, np.float64) for t in fm.terms)
     ):
         return None
+    # Terms per target column (overlapping sources share columns).
+    coverage = np.zeros(m, dtype=np.int64)
+    for t in fm.terms:
+        np.add.at(coverage, np.asarray(t.cols, dtype=np.int64), 1)
     dense = base = None
     dense_cols: slice | np.ndarray = slice(0, 0)
     base_cols: slice | np.ndarray = slice(0, 0)
@@ -1477,7 +1485,9 @@ def _product_plan(fm: FactorizedMatrix) -> ProductPlan | None:
             parts = (None, None, None) if D is not None else _csr_arrays(t.S)
             binary = parts[2] is not None and bool(np.all(parts[2] == 1))
             r, width = int(t.S.shape[0]), int(t.S.shape[1])
-            group.append(PlanSource(D, *parts, binary, r, width, t.col_index, offset))
+            own = bool(np.all(coverage[t.cols] == 1))
+            src = PlanSource(D, *parts, binary, r, width, t.col_index, offset, own)
+            group.append(src)
         groups.append(tuple(group))
         r = rows.n_source_rows
         idxs.append(_frozen(np.ascontiguousarray(rows.idx, dtype=np.int64)))

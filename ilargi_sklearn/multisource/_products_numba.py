@@ -490,33 +490,36 @@ def fused_rmatvec(plan: Any, y: np.ndarray) -> np.ndarray:
         out[plan.dense_cols] += acc0[0] if n_chunks == 1 else acc0.sum(axis=0)
     if plan.kind != BASE_NONE:
         out[plan.sparse_cols] += accb[0] if n_chunks == 1 else accb.sum(axis=0)
-    # The sources' transposed products. On one thread each adds into its columns
-    # of the output (a view where they are contiguous); on several, each task into
-    # its own part, added in task order below (the result does not depend on the
-    # scheduling).
-    tasks = _source_tasks(plan, threads, "products_source_t")
-    direct = len(tasks) == 1 or threads == 1
-    parts: list[list[np.ndarray | None]] = [[] for _ in tasks]
+    # The sources' transposed products, one task per source, the largest first (a
+    # source split in row ranges would need a part of its width per range: as
+    # costly as its entries for a one-hot source). A source adds into its columns
+    # of the output directly (a view where they are contiguous) on one thread, or
+    # where no other source shares them; else into a part of its own, added below
+    # in source order (the result does not depend on the scheduling).
+    terms = sorted(
+        (src for group in plan.groups for src in group), key=lambda s: -s.work
+    )
+    total_work = sum(src.work for src in terms)
+    min_work = _launcher.MIN_CHUNK_ROWS["products_source_t"]
+    parallel = _launcher.chunks(total_work, min_work, threads) > 1
+    parts: list[np.ndarray | None] = [None] * len(terms)
 
     def transposed(t: int) -> None:
-        g, start, stop = tasks[t]
-        for src in plan.groups[g]:
-            if direct and isinstance(src.cols, slice):
-                part, placed = out[src.cols], None
-            else:
-                part = placed = np.zeros(src.width)
-            if src.dense is not None:
-                args = (src.dense, b, src.offset, part, start, stop)
-                _launcher.call("products_dense_source_t", *args)
-            else:
-                args = (src.indptr, src.indices, src.data, src.binary, b)
-                args += (src.offset, part)
-                _launcher.call("products_source_t", *args, start, stop)
-            parts[t].append(placed)
+        src = terms[t]
+        if isinstance(src.cols, slice) and (src.own_cols or not parallel):
+            part = out[src.cols]
+        else:
+            part = parts[t] = np.zeros(src.width)
+        if src.dense is not None:
+            args = (src.dense, b, src.offset, part, 0, src.n_rows)
+            _launcher.call("products_dense_source_t", *args)
+        else:
+            args = (src.indptr, src.indices, src.data, src.binary, b)
+            args += (src.offset, part, 0, src.n_rows)
+            _launcher.call("products_source_t", *args)
 
-    _run(transposed, len(tasks), threads)
-    for t, (g, _, _) in enumerate(tasks):
-        for src, part in zip(plan.groups[g], parts[t], strict=True):
-            if part is not None:
-                out[src.cols] += part
+    _run(transposed, len(terms), threads if parallel else 1)
+    for src, part in zip(terms, parts, strict=True):
+        if part is not None:
+            out[src.cols] += part
     return out
