@@ -307,7 +307,7 @@ def _source_t(indptr, indices, data, binary, b, off, out, start, stop):
 # The fewest rows of a chunk worth a thread (``benchmarks/README.md``, "Fused
 # products"); for the sources' products, the fewest entries (multiply-adds).
 _launcher.register("products_source", _source_chunk, min_rows=32768)
-_launcher.register("products_gather", _gather_chunk, min_rows=65536)
+_launcher.register("products_gather", _gather_chunk, min_rows=49152)
 _launcher.register("products_scatter", _scatter_chunk, min_rows=131072)
 _launcher.register("products_source_t", _source_t, min_rows=32768)
 _launcher.register("products_dense_source", _dense_source_chunk)
