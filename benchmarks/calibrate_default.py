@@ -51,7 +51,7 @@ def main(argv=None):
 
     from ilargi_sklearn.planner import calibrate
     from ilargi_sklearn.planner._calibrate import ESTIMATORS
-    from ilargi_sklearn.planner._cost_model import shipped_records_path
+    from ilargi_sklearn.planner._cost_model import checksum_path, shipped_records_path
 
     estimators = args.estimators.split(",") if args.estimators else ESTIMATORS
     shipped = Path(shipped_records_path())
@@ -82,6 +82,11 @@ def main(argv=None):
         )
         data.mkdir(exist_ok=True)
         shutil.copyfile(result.model_path, data / "cost_model.cbm")
+        # The checksum file travels with the model: without it the model is not
+        # loaded (planner._cost_model).
+        shutil.copyfile(
+            checksum_path(result.model_path), checksum_path(data / "cost_model.cbm")
+        )
         new = (work / "calibration.jsonl").read_text()
         (data / "calibration.jsonl").write_text(shipped_text + new)
         print(f"installed into {data}")

@@ -17,6 +17,10 @@ from ilargi_sklearn.decomposition import (
     FactorizedPCA,
     FactorizedTruncatedSVD,
 )
+from ilargi_sklearn.ensemble import (
+    FactorizedHistGradientBoostingClassifier,
+    FactorizedHistGradientBoostingRegressor,
+)
 from ilargi_sklearn.linear_model import (
     FactorizedElasticNet,
     FactorizedElasticNetCV,
@@ -43,6 +47,66 @@ __version__ = "0.1.0"
 
 _compat.install()
 
+
+def clear_caches() -> None:
+    """Drop every cache of the package, so that later fits compute from the data.
+
+    The caches never change a result, as long as the sources are not changed in
+    place: a dataset of :meth:`MultiSourceDataset.from_matrices` keeps the arrays
+    it was given when they already have its dtype and layout (no copy), and
+    writing into one of them changes the dataset's data, but not what was computed
+    from it before. After such a change call ``clear_caches()`` (or build the
+    dataset again). It drops
+
+    * the sufficient statistics that gram-based fits share, and the row slices of
+      searches (:func:`~ilargi_sklearn.multisource.clear_statistics_cache`);
+    * the joined matrices of materialized fits
+      (:func:`~ilargi_sklearn.planner.clear_materialization_cache`);
+    * the planner's measured plan times
+      (:func:`~ilargi_sklearn.planner.clear_plan_history`) and its data figures;
+    * the compiled kernels' layouts of the sources, and the copies of datasets on
+      other devices (:meth:`MultiSourceDataset.to_device`; datasets already moved
+      keep their data).
+
+    The per-cache functions keep working; the bounds set with
+    ``set_statistics_cache`` and ``set_materialization_cache`` stay.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from ilargi_sklearn import FactorizedRidge, MultiSourceDataset, clear_caches
+    >>> rng = np.random.default_rng(0)
+    >>> S, R = rng.normal(size=(100, 2)), rng.normal(size=(10, 3))
+    >>> ds = MultiSourceDataset.from_matrices([S, R], [None, np.arange(100) % 10])
+    >>> y = rng.normal(size=100)
+    >>> ridge = FactorizedRidge(strategy="materialized")
+    >>> before = ridge.fit(ds, y).coef_
+    >>> R *= 2.0  # in place: the dataset's data change
+    >>> clear_caches()
+    >>> after = ridge.fit(ds, y).coef_
+    >>> fresh = MultiSourceDataset.from_matrices([S, R], [None, np.arange(100) % 10])
+    >>> bool(np.allclose(after, ridge.fit(fresh, y).coef_))
+    True
+    >>> bool(np.allclose(after, before))
+    False
+    """
+    from ilargi_sklearn.linear_model._loss import _binomial_plans
+    from ilargi_sklearn.multisource._cache import clear_materialization_cache
+    from ilargi_sklearn.multisource._multi_source import drop_device_copies
+    from ilargi_sklearn.multisource._operators import drop_fused_layouts
+    from ilargi_sklearn.multisource._stats_cache import clear_statistics_cache
+    from ilargi_sklearn.planner._auto import clear_plan_history
+    from ilargi_sklearn.planner._features import _DATA_FEATURES
+
+    clear_statistics_cache()
+    clear_materialization_cache()
+    clear_plan_history()
+    _DATA_FEATURES.clear()
+    drop_fused_layouts()
+    drop_device_copies()
+    _binomial_plans.clear()
+
+
 __all__ = [
     "AutoPlan",
     "DeviceUnavailableError",
@@ -50,6 +114,8 @@ __all__ = [
     "FactorizedElasticNetCV",
     "FactorizedGNMF",
     "FactorizedGammaRegressor",
+    "FactorizedHistGradientBoostingClassifier",
+    "FactorizedHistGradientBoostingRegressor",
     "FactorizedKMeans",
     "FactorizedLasso",
     "FactorizedLassoCV",
@@ -70,4 +136,5 @@ __all__ = [
     "Plan",
     "UnsupportedOnDeviceError",
     "__version__",
+    "clear_caches",
 ]

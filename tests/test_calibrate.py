@@ -29,7 +29,7 @@ from ilargi_sklearn.planner._calibrate import (
     _predict_records,
     _train_and_install,
 )
-from ilargi_sklearn.planner._cost_model import shipped_records_path
+from ilargi_sklearn.planner._cost_model import checksum_path, shipped_records_path
 
 pytest.importorskip("catboost")
 if not shipped_records_path().is_file():
@@ -73,6 +73,14 @@ def world(tmp_path_factory):
     )
 
 
+def _copy_model(src, dest):
+    """Copy a model file with its checksum file (without it, it is not loaded)."""
+    dest.write_bytes(src.read_bytes())
+    checksum_path(dest).write_text(
+        checksum_path(src).read_text().replace(src.name, dest.name)
+    )
+
+
 def _write(path, records, time=None, mode="w"):
     """Records as JSON lines; ``time``: stamps them as measured from then on."""
     with open(path, mode) as fh:
@@ -102,7 +110,7 @@ def test_a_tiny_run_does_not_spoil_the_kmeans_predictions(world, tmp_path):
     assert alone_median > 1.4 and alone_max > 3.0
 
     dest = tmp_path / "model.cbm"
-    dest.write_bytes(world.current.read_bytes())
+    _copy_model(world.current, dest)
     result = _train_and_install(records, dest, base_records=world.base, **FAST)
     assert (result.n_records, result.n_new_records, result.n_new_workloads) == (
         12,
@@ -163,7 +171,7 @@ def test_keeps_a_model_that_predicts_the_new_records_exactly(world, tmp_path):
     records = tmp_path / "records.jsonl"
     _write(records, exact, time=3e9)
     dest = tmp_path / "model.cbm"
-    dest.write_bytes(world.current.read_bytes())
+    _copy_model(world.current, dest)
     before = dest.read_bytes()
     result = _train_and_install(records, dest, base_records=world.base, **FAST)
     assert not result.installed and result.model_path == dest

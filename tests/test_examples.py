@@ -46,6 +46,7 @@ EXPECTED = {
     "planner_decisions.py": [],  # checked below: runs or says why it skipped
     "gpu.py": [],  # checked below
     "tpch_snowflake.py": [],  # checked below
+    "trees_flights.py": ["factorized trees", "merge + scikit-learn", "ROC AUC"],
 }
 
 
@@ -54,7 +55,9 @@ def test_every_example_is_tested():
     assert scripts == set(EXPECTED)
 
 
-@pytest.mark.parametrize("script", ["quickstart.py", "grid_search.py"])
+@pytest.mark.parametrize(
+    "script", ["quickstart.py", "grid_search.py", "trees_flights.py"]
+)
 def test_example_runs(script, tmp_path):
     out = run_example([EXAMPLES / script], tmp_path)
     for text in EXPECTED[script]:

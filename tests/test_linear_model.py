@@ -684,9 +684,10 @@ def test_encode_labels_equals_label_encoder(y):
     "case, refines",
     [
         ("well-conditioned", False),
-        ("large column means", True),
+        # Shifted by a pilot value before any sum is formed: nothing cancels.
+        ("large column means", False),
         ("nearly collinear", True),
-        ("large target mean", True),
+        ("large target mean", False),
     ],
 )
 def test_refinement_runs_only_where_it_can_matter(case, refines, monkeypatch):

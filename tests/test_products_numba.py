@@ -367,3 +367,25 @@ def test_integer_right_hand_sides():
     assert got[0].dtype == want[0].dtype and got[1].dtype == want[1].dtype
     assert_close(got[0], want[0], kind="compiled", scale=1e3)
     assert_close(got[1], want[1], kind="compiled", scale=1e4)
+
+
+def test_clear_caches_drops_the_plan():
+    # The plan holds facts about the sources (a binary source's values are not
+    # read): after an in-place change of a source, clear_caches() rebuilds it.
+    import ilargi_sklearn
+
+    n = 50
+    rng = np.random.default_rng(2)
+    hot = sp.csr_matrix((np.ones(6), rng.integers(0, 4, 6), np.arange(7)))
+    ds = MultiSourceDataset.from_matrices(
+        [rng.standard_normal((n, 2)), hot], [None, rng.integers(0, 6, n)]
+    )
+    op = ds.operator
+    w = rng.standard_normal(op.n_cols)
+    op.matmul(w)
+    assert op._product_plan.groups[0][0].binary
+    op.terms[1].S.data[:] = 3.0
+    ilargi_sklearn.clear_caches()
+    assert "_product_plan" not in op.__dict__
+    assert_close(op.matmul(w), dense(op.materialize()) @ w, kind="compiled")
+    assert not op._product_plan.groups[0][0].binary

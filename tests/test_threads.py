@@ -310,19 +310,45 @@ def test_logistic_equal_on_one_and_two_threads(monkeypatch):
 
 
 # ------------------------------------------------------------- compile notice
-def test_compile_notice_once_before_the_first_compile(monkeypatch, caplog):
-    # As if nothing were compiled or cached yet (no actual compilation here).
+def _triple(x, out):
+    for i in range(x.shape[0]):
+        out[i] = 3.0 * x[i]
+
+
+def _quadruple(x, out):
+    for i in range(x.shape[0]):
+        out[i] = 4.0 * x[i]
+
+
+def test_compile_notice_once_before_the_first_compile(monkeypatch, caplog, tmp_path):
+    # An empty cache: the kernels compile. The notice comes once per process, the
+    # on_compile callbacks at every compile, and neither when numba loads a kernel
+    # from its cache.
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path))
     monkeypatch.setitem(_launcher._state, "compile_notice", False)
     monkeypatch.setitem(_launcher._state, "kernels", {})
-    monkeypatch.setattr(_launcher, "_cached", lambda fn: False)
-    assert "assign" in _launcher.kernels_to_compile()
-    assert "binomial_derivative" in _launcher.kernels_to_compile()
-    with caplog.at_level(logging.INFO, logger=_launcher.__name__):
-        _launcher._kernel("segment_rows")
-        _launcher._kernel("cross")
+    monkeypatch.setitem(_launcher._SOURCES, "test_triple", _triple)
+    monkeypatch.setitem(_launcher._SOURCES, "test_quadruple", _quadruple)
+    assert {"test_triple", "test_quadruple"} <= set(_launcher.kernels_to_compile())
+    compiled = []
+    remove = _launcher.on_compile(compiled.append)
+    x, out = np.arange(3.0), np.zeros(3)
+    try:
+        with caplog.at_level(logging.INFO, logger=_launcher.__name__):
+            _launcher.call("test_triple", x, out)
+            _launcher.call("test_triple", x, out)
+            _launcher.call("test_quadruple", x, out)
+            _launcher._state["kernels"].clear()  # a new process, in effect
+            _launcher.call("test_triple", x, out)
+    finally:
+        remove()
+    np.testing.assert_array_equal(out, 3 * x)
+    assert compiled == ["test_triple", "test_quadruple"]
     notices = [r for r in caplog.records if "Compiling" in r.getMessage()]
     assert len(notices) == 1 and notices[0].levelno == logging.INFO
     assert "later runs load them from numba's cache" in notices[0].getMessage()
+    assert str(tmp_path) in notices[0].getMessage()
+    assert "test_triple" not in _launcher.kernels_to_compile()
 
 
 def test_kernels_to_compile_reads_the_cache(monkeypatch, caplog):

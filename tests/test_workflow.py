@@ -381,11 +381,15 @@ def test_low_match_rates_warn_and_no_match_raises():
     report = ds.match_report_.loc["dim"]
     assert report["matched"] == 1 and report["fraction"] == 0.25
     assert len(report["hazards"]) == 2
-    # Silenced per join or globally; an explicit 0 allows no match at all.
-    for kw, j in (({}, replace(join, min_match=0.2)), ({"min_match": 0.2}, join)):
+    # The rate's warning is silenced per join or globally; an explicit 0 allows
+    # no match at all. Key mistakes that explain unmatched keys still warn.
+    plain = replace(join, table=dim.assign(k=["a", "x", "y", "e"]))
+    for kw, j in (({}, replace(plain, min_match=0.2)), ({"min_match": 0.2}, plain)):
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             from_frames(base, ["x"], [j], **kw)
+    with pytest.warns(JoinMatchWarning, match=r"'b' against ' b'.*only a warning"):
+        from_frames(base, ["x"], [join], min_match=0.2)
     nothing = Join(dim.assign(k=["p", "q", "r", "s"]), on="k", features=["z"])
     with pytest.raises(ValueError, match="matched 0 of 4 rows"):
         from_frames(base, ["x"], [nothing])
@@ -429,11 +433,12 @@ def test_row_number_joins():
         base, ["x"], [Join(dim, left_on="fk", row_number=1, features=["z"])]
     )
     np.testing.assert_array_equal(dense(ds)[:, 1], [30.0, 10.0, 30.0, 20.0])
-    ds0 = from_frames(
-        base,
-        ["x"],
-        [Join(dim, left_on="fk", row_number=0, features=["z"], min_match=0)],
-    )
+    with pytest.warns(JoinMatchWarning, match="from 1, not from 0.*row_number=1"):
+        ds0 = from_frames(
+            base,
+            ["x"],
+            [Join(dim, left_on="fk", row_number=0, features=["z"], min_match=0)],
+        )
     np.testing.assert_array_equal(dense(ds0)[:, 1], [0.0, 20.0, 0.0, 30.0])
     with pytest.raises(
         ValueError, match=r"row_number joins left_on .* \(no on or right_on\)"

@@ -43,8 +43,12 @@ the pool.
 Compilation: ``cache=True`` writes the machine code next to the kernel's module (or
 to numba's user cache directory when that is read-only), so only the first call on
 a machine compiles (about a second per estimator). Before the first kernel
-compiles, one INFO line says so (:data:`COMPILE_NOTICE`); :func:`kernels_to_compile`
-tells beforehand which kernels are not in the cache.
+compiles, one INFO line says so (:data:`COMPILE_NOTICE`; numba's compile events
+tell, so nothing is said when a kernel loads from the cache) and :func:`on_compile`
+callbacks run; :func:`kernels_to_compile` tells beforehand which kernels are not in
+the cache. A cache file that numba cannot read (truncated, overwritten) is emptied
+and its kernel compiled again, with one warning per process, instead of failing
+every call until someone deletes it.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ import logging
 import os
 import queue
 import threading
-import weakref
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -77,6 +81,7 @@ __all__ = [
     "launch",
     "n_threads",
     "numba_available",
+    "on_compile",
     "one_blas_thread",
     "register",
     "run_tasks",
@@ -86,13 +91,7 @@ logger = logging.getLogger(__name__)
 
 NO_NUMBA_ENV = "ILARGI_SKLEARN_NO_NUMBA"
 
-_state: dict[str, Any] = {
-    "numba": None,
-    "kernels": {},
-    "compile_notice": False,
-    # The jitted kernels whose need of the compile notice was looked at.
-    "checked": weakref.WeakSet(),
-}
+_state: dict[str, Any] = {"numba": None, "kernels": {}, "compile_notice": False}
 _kernels_lock = threading.Lock()
 
 #: The registered kernel sources, by name (:func:`register`).
@@ -107,22 +106,89 @@ _SOURCES: dict[str, Callable[..., None]] = {}
 U = np.uint64
 
 
+_import_lock = threading.Lock()
+
+
 def _import_numba() -> Any:
     """The numba module, or False when it cannot be imported (cached)."""
     if _state["numba"] is None:
-        try:
-            import numba
-        except Exception as exc:  # pragma: no cover - numba is in the test extra
-            # Not installed, or installed but broken (e.g. against another NumPy).
-            logger.info(
-                "numba cannot be imported (%s): NumPy kernels are used "
-                "(pip install numba for the compiled ones).",
-                exc,
-            )
-            _state["numba"] = False
-        else:
-            _state["numba"] = numba
+        with _import_lock:  # fits on several threads may get here at once
+            if _state["numba"] is None:
+                _state["numba"] = _first_import()
     return _state["numba"]
+
+
+def _first_import() -> Any:
+    try:
+        import numba
+    except Exception as exc:  # pragma: no cover - numba is in the test extra
+        # Not installed, or installed but broken (e.g. against another NumPy).
+        logger.info(
+            "numba cannot be imported (%s): NumPy kernels are used "
+            "(pip install numba for the compiled ones).",
+            exc,
+        )
+        return False
+    _listen_for_compiles(numba)
+    return numba
+
+
+#: Called with a kernel's name just before it compiles (:func:`on_compile`).
+_compile_callbacks: list[Callable[[str], None]] = []
+
+
+def _listen_for_compiles(numba: Any) -> None:
+    """Register, once, a listener of numba's compile events (fired only when
+    a dispatcher compiles, after its cache had no machine code to load)."""
+    if _state.get("listening"):
+        return
+    _state["listening"] = True
+    try:
+        from numba.core import event
+    except ImportError:  # pragma: no cover - numba >= 0.60 has the event API
+        return
+
+    class _Listener(event.Listener):
+        def on_start(self, ev: Any) -> None:
+            data = ev.data if isinstance(ev.data, dict) else {}
+            func = getattr(data.get("dispatcher"), "py_func", None)
+            for name, source in list(_SOURCES.items()):
+                if source is func:
+                    _compiling(name, data["dispatcher"])
+                    return
+
+        def on_end(self, ev: Any) -> None:
+            pass
+
+    event.register("numba:compile", _Listener())
+
+
+def _compiling(name: str, dispatcher: Any) -> None:
+    """Kernel ``name`` is about to compile: the notice (once), the callbacks."""
+    if not _state["compile_notice"]:
+        _state["compile_notice"] = True
+        cache = getattr(dispatcher, "_cache", None)
+        logger.info(COMPILE_NOTICE, getattr(cache, "_cache_path", "its directory"))
+    for callback in list(_compile_callbacks):
+        callback(name)
+
+
+def on_compile(callback: Callable[[str], None]) -> Callable[[], None]:
+    """Call ``callback(name)`` just before a kernel compiles (not when numba
+    loads it from its cache), in the thread that compiles it.
+
+    Returns
+    -------
+    remove : callable
+        Takes the callback off again.
+    """
+    _compile_callbacks.append(callback)
+
+    def remove() -> None:
+        with contextlib.suppress(ValueError):
+            _compile_callbacks.remove(callback)
+
+    return remove
 
 
 def numba_available() -> bool:
@@ -348,28 +414,25 @@ def _dispatcher(name: str) -> Any:
         with _kernels_lock:
             fn = kernels.get(name)
             if fn is None:
-                # Contracting a * b + c into one FMA (as BLAS does), and NumPy's
-                # error model (no ZeroDivisionError test on every float
-                # division), which lets a loop that divides vectorize.
-                fn = kernels[name] = numba.njit(
-                    cache=True, nogil=True, fastmath={"contract"}, error_model="numpy"
-                )(_SOURCES[name])
+                fn = kernels[name] = _jit(numba, _SOURCES[name], cache=True)
     return fn
+
+
+def _jit(numba: Any, source: Callable[..., None], *, cache: bool) -> Any:
+    """A numba dispatcher of ``source`` with the kernels' options."""
+    # Contracting a * b + c into one FMA (as BLAS does), and NumPy's error model
+    # (no ZeroDivisionError test on every float division), which lets a loop that
+    # divides vectorize.
+    return numba.njit(
+        cache=cache, nogil=True, fastmath={"contract"}, error_model="numpy"
+    )(source)
 
 
 def _kernel(name: str) -> Any:
-    """The jitted kernel ``name``, after the one-time compile notice if due."""
-    fn = _dispatcher(name)
-    if _state["compile_notice"] or fn in _state["checked"]:
-        # Looked at once per jitted kernel: ``fn.signatures`` costs about 10 us a
-        # call, a tenth of a small product.
-        return fn
-    _state["checked"].add(fn)
-    if not fn.signatures and not _cached(fn):
-        _state["compile_notice"] = True
-        where = getattr(getattr(fn, "_cache", None), "_cache_path", "its directory")
-        logger.info(COMPILE_NOTICE, where)
-    return fn
+    """The jitted kernel ``name``. When a call compiles it (numba's cache holds
+    no machine code for its arguments), the one-time :data:`COMPILE_NOTICE` and
+    the :func:`on_compile` callbacks come first."""
+    return _dispatcher(name)
 
 
 #: The INFO message logged once per process, before the first kernel compiles.
@@ -484,14 +547,69 @@ def disable(reason: str) -> CompiledUnavailable:
 def _run(name: str, body: Callable[[Any], None]) -> None:
     """``body(kernel)`` with kernel ``name``; a compilation failure (numba installed
     but unable to compile on this platform) disables the compiled kernels for the
-    process, with one warning, and raises :class:`CompiledUnavailable`."""
+    process, with one warning, and raises :class:`CompiledUnavailable`.
+
+    A damaged cache file of the kernel (truncated, overwritten: numba's loader
+    raises whatever its unpickling meets) is emptied and the kernel compiled
+    again (:func:`_recompile`), with one warning per process; nothing of the
+    kernel ran before a load fails, so ``body`` simply runs again."""
+    for attempt in range(2):
+        try:
+            body(_kernel(name))
+            return
+        except Exception as exc:
+            numba = _state["numba"]
+            if not numba:
+                raise
+            if isinstance(exc, numba.core.errors.NumbaError):
+                raise disable(
+                    f"numba could not compile the {name!r} kernel ({exc})"
+                ) from exc
+            if attempt or not _raised_by_cache(exc):
+                raise
+            _recompile(name, exc)
+
+
+def _raised_by_cache(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from numba's on-disk cache (loading machine code)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename.replace("\\", "/")
+        if path.endswith("numba/core/caching.py"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _recompile(name: str, exc: BaseException) -> None:
+    """Replace kernel ``name``, whose cache could not be read, by a new dispatcher.
+
+    The damaged index is overwritten by an empty one (numba's ``flush``), so the
+    new dispatcher compiles and saves the kernel afresh and later processes load
+    it again; where the cache cannot be written, the kernel is compiled in memory
+    only. One warning per process (later ones are logged at INFO).
+    """
+    numba = _state["numba"]
+    old = _state["kernels"].get(name)
+    cache = getattr(old, "_cache", None)
+    where = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
     try:
-        body(_kernel(name))
-    except Exception as exc:
-        numba = _state["numba"]
-        if not numba or not isinstance(exc, numba.core.errors.NumbaError):
-            raise
-        raise disable(f"numba could not compile the {name!r} kernel ({exc})") from exc
+        cache.flush()
+        writable = True
+    except Exception:  # noqa: BLE001 - read-only cache: compile in memory
+        writable = False
+    with _kernels_lock:
+        _state["kernels"][name] = _jit(numba, _SOURCES[name], cache=writable)
+    message = (
+        f"numba's cache of the compiled {name!r} kernel ({where or 'its cache folder'})"
+        f" could not be read ({type(exc).__name__}: {exc}): the kernel is compiled "
+        + ("again and its cache rewritten." if writable else "again, in memory.")
+    )
+    if _state.get("cache_warned"):
+        logger.info(message)
+        return
+    _state["cache_warned"] = True
+    warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
 def call(name: str, *args: Any) -> None:

@@ -1075,6 +1075,19 @@ class RowMap:
         partner has fewer columns to read. Sparse sources are never the side read.
         """
         if self._xp is None:
+            if (
+                self._idx is None
+                and other._idx is None
+                and not is_sparse(S)
+                and not is_sparse(S_other)
+            ):
+                # Two dense terms of the identity (the base table's columns and
+                # their pilot-shifted copies): a plain product, no n x n
+                # co-occurrence matrix.
+                if weights is None:
+                    return S.T @ S_other
+                w = np.asarray(weights, dtype=dtype)
+                return S.T @ (S_other * w[:, None])
             C = self.cooccurrence(other, weights, dtype=dtype)
             nnz_c = C.nnz
             ca, cb = S.shape[1], S_other.shape[1]

@@ -10,9 +10,11 @@ Commands::
 
 ``python -m ilargi_sklearn`` is the same program. Every command takes ``--quiet``
 (no progress bars, no narration) and ``--json`` (one JSON document on stdout).
-Errors print one line, ``ilargi: error: ...``, and exit with a non-zero code: 2 for
-a bad spec or usage, 1 for a failure while running; ``-v`` adds logging and the
-traceback of unexpected errors.
+Errors print one line, ``ilargi: error: ...``, and exit with a non-zero code: 2 when
+the command cannot start (a usage error: an option's value, a spec error, a file
+named on the command line or in the spec that is missing or cannot be used), 1 for
+a failure while running; ``-v`` adds logging and the traceback of unexpected
+errors.
 
 The spec format is described in the documentation (``docs/cli.rst``) and in
 ``examples/*.toml``; :func:`load_spec` and :meth:`FitSpec.build` make the same
@@ -40,6 +42,8 @@ from ilargi_sklearn.cli._console import (
     EXIT_USAGE,
     Console,
     RunError,
+    UsageError,
+    compile_notes,
 )
 from ilargi_sklearn.cli._parser import build_parser
 from ilargi_sklearn.cli._spec import FitSpec, load_spec
@@ -67,7 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns
     -------
     int
-        0 on success, 1 when running failed, 2 for usage and spec errors.
+        0 on success, 1 when running failed, 2 for usage and spec errors (the
+        command could not start).
     """
     parser = build_parser()
     try:
@@ -83,8 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             level=logging.INFO, format="%(levelname)s %(name)s: %(message)s"
         )
     try:
-        return _COMMANDS[args.command](args, console)
-    except SpecError as exc:
+        with compile_notes(console):
+            return _COMMANDS[args.command](args, console)
+    except (SpecError, UsageError) as exc:
         console.stderr.write(f"ilargi: error: {exc}\n")
         return EXIT_USAGE
     except RunError as exc:

@@ -70,6 +70,13 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
             f"{list(BENCH_SCRIPTS)}.\n"
         )
         return EXIT_USAGE
+    try:
+        script_args = shlex.split(args.script_args)
+    except ValueError as exc:
+        console.stderr.write(
+            f"ilargi: error: --script-args {args.script_args!r}: {exc}.\n"
+        )
+        return EXIT_USAGE
     out = Path(args.out) if args.out is not None else bdir / "results"
     out.mkdir(parents=True, exist_ok=True)
     doc: dict[str, Any] = {"command": "bench", "out": str(out), "runs": []}
@@ -90,7 +97,7 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
             cmd.append("--quick")
         if args.hamlet:
             cmd += ["--hamlet", args.hamlet]
-        cmd += shlex.split(args.script_args)
+        cmd += script_args
         console.info(f"\n$ {' '.join(cmd)}")
         t0 = time.perf_counter()
         quiet_child = console.quiet or console.json

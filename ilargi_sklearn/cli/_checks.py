@@ -13,30 +13,32 @@ import difflib
 from typing import Any
 
 from ilargi_sklearn._backend._plan import STRATEGIES
+from ilargi_sklearn.multisource._builder import VALIDATE
 
-ESTIMATORS = {
-    "linearregression": ("ilargi_sklearn.linear_model", "FactorizedLinearRegression"),
-    "logisticregression": (
-        "ilargi_sklearn.linear_model",
-        "FactorizedLogisticRegression",
-    ),
-    "kmeans": ("ilargi_sklearn.cluster", "FactorizedKMeans"),
-    "gnmf": ("ilargi_sklearn.decomposition", "FactorizedGNMF"),
-    **{
-        name.lower(): ("ilargi_sklearn.linear_model", "Factorized" + name)
-        for name in (
-            "Ridge",
-            "RidgeClassifier",
-            "Lasso",
-            "ElasticNet",
-            "PoissonRegressor",
-            "GammaRegressor",
-            "TweedieRegressor",
-        )
-    },
-    "pca": ("ilargi_sklearn.decomposition", "FactorizedPCA"),
-    "truncatedsvd": ("ilargi_sklearn.decomposition", "FactorizedTruncatedSVD"),
-}
+
+def _package_estimators() -> dict[str, tuple[str, str]]:
+    """The estimators a spec may name: every public ``Factorized*`` model of the
+    package (read from ``ilargi_sklearn.__all__``, so that a new estimator is
+    accepted, and listed in errors, without an edit here), by :func:`estimator_key`.
+
+    Not the preprocessing steps (``FactorizedStandardScaler`` is ``scale = true``;
+    ``FactorizedPolynomialFeatures`` makes a dataset, not a model) nor
+    ``AutoPlan`` (``plan = "auto"``)."""
+    import inspect
+
+    import ilargi_sklearn
+
+    out = {}
+    for name in sorted(ilargi_sklearn.__all__):
+        obj = getattr(ilargi_sklearn, name)
+        if not (inspect.isclass(obj) and name.startswith("Factorized")):
+            continue
+        if obj.__module__.startswith("ilargi_sklearn.preprocessing"):
+            continue
+        out[estimator_key(name)] = ("ilargi_sklearn", name)
+    return out
+
+
 #: The values of a spec's ``plan`` (the planner, or one strategy).
 PLAN_CHOICES = ("auto", *STRATEGIES)
 _TOP_KEYS = {
@@ -58,6 +60,7 @@ _TABLE_KEYS = {
     "impute",
     "sep",
     "cast",
+    "strip",
 }
 #: What ``cast = { COLUMN = KIND }`` converts a column to.
 CASTS = ("int", "float", "string")
@@ -77,6 +80,7 @@ _JOIN_KEYS = {
     "row_number",
     "nulls_equal",
     "min_match",
+    "validate",
 }
 _TARGET_KEYS = {"column", "threshold"}
 _ESTIMATOR_KEYS = {"name", "params", "scale", "plan"}
@@ -92,6 +96,23 @@ def estimator_key(name: str) -> str:
 def estimator_names() -> list[str]:
     """The class names a spec's ``[estimator] name`` may take."""
     return [cls for _, cls in ESTIMATORS.values()]
+
+
+def classifier_names() -> list[str]:
+    """The classifiers among :func:`estimator_names` (for error messages)."""
+    import importlib
+
+    from sklearn.base import is_classifier
+
+    return [
+        cls
+        for module, cls in ESTIMATORS.values()
+        if is_classifier(getattr(importlib.import_module(module), cls)())
+    ]
+
+
+#: The estimators of a spec's ``[estimator] name``, by :func:`estimator_key`.
+ESTIMATORS = _package_estimators()
 
 
 def check_spec(spec: Any) -> None:
@@ -146,6 +167,7 @@ def _check_tables(spec: Any, d: dict[str, Any]) -> dict[str, Any]:
         spec._names(t, "key", key)
         spec._names(t, "numeric", key)
         spec._names(t, "categorical", key)
+        spec._names(t, "strip", key)
         _check_impute(spec, t, key)
         spec._get(t, "sep", key, (str,))
         cast = spec._get(t, "cast", key, (dict,), {})
@@ -217,6 +239,14 @@ def _check_joins(spec: Any, d: dict[str, Any], tables: dict[str, Any]) -> None:
         _check_impute(spec, j, key)
         spec._get(j, "indicator", key, (bool,))
         spec._get(j, "nulls_equal", key, (bool,))
+        validate = spec._get(j, "validate", key, (str,))
+        if validate is not None and validate not in VALIDATE:
+            raise spec.error(
+                f"validate must be one of {sorted(set(VALIDATE.values()))} (or "
+                f"pandas' short forms '1:1', '1:m', 'm:1', 'm:m'), got {validate!r}.",
+                *key,
+                "validate",
+            )
         _check_fraction(spec, j, key)
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import os
 import platform
+import re
 import time
 import warnings
 from collections.abc import Sequence
@@ -25,9 +27,9 @@ from ilargi_sklearn.cli._console import (
     EXIT_OK,
     Console,
     RunError,
+    UsageError,
     emit_json,
     json_default,
-    note_first_compile,
     plain,
 )
 from ilargi_sklearn.cli._cv import (
@@ -37,6 +39,7 @@ from ilargi_sklearn.cli._cv import (
     summarize_plans,
 )
 from ilargi_sklearn.cli._spec import FitSpec, load_spec
+from ilargi_sklearn.cli._toml import SpecError
 from ilargi_sklearn.multisource._builder import format_fraction
 
 
@@ -73,7 +76,17 @@ def _note_warnings(console: Console, caught: list[Any]) -> None:
         if issubclass(w.category, (FutureWarning, DeprecationWarning)):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         else:
-            console.note(f"note: {w.message}")
+            console.note(f"note: {flag_spelling(str(w.message))}")
+
+
+def flag_spelling(text: str) -> str:
+    """A library message with its Python parameters spelled as the command
+    line's flags: ``handle_unknown='ignore'`` as ``--handle-unknown ignore``."""
+    if "handle_unknown=" not in text:
+        return text
+    text = re.sub(r"handle_unknown='(\w+)'", r"--handle-unknown \1", text)
+    # "handle_unknown='warn' or 'ignore'": the values named after the first.
+    return re.sub(r"(?<=or )'(warn|ignore|error)'", r"--handle-unknown \1", text)
 
 
 def _print_joins(console: Console, ds: Any) -> list[dict[str, Any]]:
@@ -84,9 +97,15 @@ def _print_joins(console: Console, ds: Any) -> list[dict[str, Any]]:
     rows = []
     for name, r in report.iterrows():
         null = f", {r['null_keys']:,} missing keys" if r["null_keys"] else ""
-        console.result(
+        fan = (
+            f", repeats rows: {r['fan_out']:.3g} per matched row, "
+            f"{r['rows']:,} -> {r['rows_out']:,} rows"
+            if r["fan_out"] > 1
+            else ""
+        )
+        console.info(
             f"join {name} ({r['how']}): matched {r['matched']:,} of {r['rows']:,} "
-            f"rows ({format_fraction(r['fraction'])}){null}"
+            f"rows ({format_fraction(r['fraction'])}){null}{fan}"
         )
         rows.append({"join": str(name), **{k: plain(v) for k, v in r.items()}})
     return rows
@@ -165,9 +184,8 @@ def cmd_fit(args: argparse.Namespace, console: Console) -> int:
             f"{info['n_rows']:,} rows; the target follows them"
         )
     joins_report = _print_joins(console, ds)
-    note_first_compile(console)
-    console.result(desc.sources.to_string(float_format=lambda v: f"{v:.3g}"))
-    console.result(
+    console.info(desc.sources.to_string(float_format=lambda v: f"{v:.3g}"))
+    console.info(
         f"joined: {s['nnz_joined']:,} non-zeros ({s['nnz_ratio']:.2f}x the sources'), "
         f"factorized {s['bytes_factorized'] / 1e6:.1f} MB vs "
         f"{s['bytes_materialized'] / 1e6:.1f} MB materialized"
@@ -277,6 +295,8 @@ def cmd_fit(args: argparse.Namespace, console: Console) -> int:
         model_path = out / f"{spec.path.stem}.joblib"
         report_path = out / f"{spec.path.stem}.report.json"
         joblib.dump(final, model_path)
+        # ilargi predict checks it: a damaged file can unpickle as another model.
+        report["model_sha256"] = hashlib.sha256(model_path.read_bytes()).hexdigest()
         report["model_path"] = str(model_path)
         report["report_path"] = str(report_path)
         report_path.write_text(
@@ -337,23 +357,74 @@ def _versions() -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------- predict
+def _report_of(model: Path) -> tuple[Path, dict[str, Any] | None]:
+    """The report ``ilargi fit`` wrote next to a model, and its content (None when
+    it is missing or unreadable)."""
+    report = model.with_name(model.name.removesuffix(".joblib") + ".report.json")
+    try:
+        doc = json.loads(report.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return report, None
+    return report, doc if isinstance(doc, dict) else None
+
+
 def _model_spec(args: argparse.Namespace) -> Path:
     """The spec of a saved model: --spec, or the one its report names."""
     if args.spec is not None:
         return Path(args.spec)
     model = Path(args.model)
-    report = model.with_name(model.name.removesuffix(".joblib") + ".report.json")
-    if report.is_file():
-        try:
-            named = json.loads(report.read_text(encoding="utf-8")).get("spec")
-        except (OSError, ValueError):
-            named = None
-        if named:
-            return Path(named)
-    raise RunError(
+    report, doc = _report_of(model)
+    named = (doc or {}).get("spec")
+    if named:
+        return Path(named)
+    raise UsageError(
         f"no spec for {model}: pass --spec SPEC (the report {report.name}, which "
         "names it, is missing or names none)."
     )
+
+
+def _damaged(path: Path, why: str) -> UsageError:
+    return UsageError(
+        f"{str(path)!r} is not a readable model file: truncated or damaged? re-run "
+        f"ilargi fit ({why})"
+    )
+
+
+def load_model(path: Path) -> Any:
+    """The estimator a model file of ``ilargi fit`` holds, checked.
+
+    The checksum its report records (``model_sha256``) must match, and the file
+    must unpickle: a damaged file otherwise raises from deep inside pickle, or
+    loads as a different model.
+
+    Raises
+    ------
+    UsageError
+        The file is missing, damaged, or holds no fitted estimator.
+    """
+    import joblib
+
+    if not path.is_file():
+        raise UsageError(f"model file {str(path)!r} not found.")
+    report, doc = _report_of(path)
+    expected = (doc or {}).get("model_sha256")
+    if expected and hashlib.sha256(path.read_bytes()).hexdigest() != expected:
+        raise _damaged(
+            path,
+            f"its SHA-256 differs from the one {report.name} recorded; a model "
+            "replaced on purpose needs its report deleted, and --spec",
+        )
+    try:
+        model = joblib.load(path)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure is the file's
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        raise _damaged(path, f"{type(exc).__name__}: {first}".rstrip(": ")) from None
+    if not (hasattr(model, "predict") or hasattr(model, "transform")):
+        raise UsageError(
+            f"{str(path)!r} holds a {type(model).__name__}, not a fitted model: pass "
+            "a model saved by 'ilargi fit' (SPEC_STEM.joblib)."
+        )
+    return model
 
 
 def _parse_tables(items: Sequence[str]) -> dict[str, str]:
@@ -361,7 +432,7 @@ def _parse_tables(items: Sequence[str]) -> dict[str, str]:
     for item in items:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
-            raise RunError(f"--table takes NAME=PATH, got {item!r}.")
+            raise UsageError(f"--table takes NAME=PATH, got {item!r}.")
         out[name] = path
     return out
 
@@ -378,42 +449,77 @@ def _key_columns(spec: FitSpec) -> list[str]:
     return list(dict.fromkeys(cols))
 
 
+def _read_keeping(
+    spec: FitSpec, console: Console, keep: list[str], asked: bool
+) -> dict[str, Any]:
+    """The tables to score, with the base columns ``keep`` (``--keep`` when
+    ``asked``: a column it names that is missing is the option's error)."""
+    try:
+        return spec.read_tables(console, target=False, extra={spec.base: keep})
+    except SpecError as exc:
+        m = re.match(r"column '([^']+)' not found in (.*)", exc.message)
+        if not (asked and m and m.group(1) in keep):
+            raise
+        raise UsageError(
+            f"--keep: column {m.group(1)!r} not found in {m.group(2)}"
+        ) from None
+
+
+def _more_rows_note(ds: Any, n_rows: int, n_base_rows: int) -> str:
+    """Why the predictions have more rows than the base table: the joins."""
+    report = ds.match_report_
+    causes = []
+    if report is not None:
+        for name, r in report.iterrows():
+            if r["fan_out"] > 1:
+                causes.append(
+                    f"join {name} repeats base rows (keys such as "
+                    f"{list(r['repeated_keys'])[:3]} occur more than once in its table)"
+                )
+            elif r["how"] == "outer" and r["rows_out"] > r["rows"]:
+                causes.append(f"outer join {name} adds rows of its table")
+    why = ": " + "; ".join(causes) if causes else ""
+    return (
+        f"note: writing {n_rows:,} predictions for {n_base_rows:,} base rows{why}. "
+        "The base_row column gives each prediction's base row (-1: none); a join "
+        "that should keep one row per base row needs a table with unique keys."
+    )
+
+
 def cmd_predict(args: argparse.Namespace, console: Console) -> int:
-    import joblib
     import pandas as pd
 
     from ilargi_sklearn.multisource import DatasetSchema
 
     t_start = time.perf_counter()
     model_path = Path(args.model)
-    if not model_path.is_file():
-        raise RunError(f"model file {str(model_path)!r} not found.")
-    try:
-        model = joblib.load(model_path)
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure is the file's
-        raise RunError(
-            f"cannot load {str(model_path)!r}: {type(exc).__name__}: {exc}"
-        ) from None
+    tables = _parse_tables(args.table)
+    model = load_model(model_path)
     schema = DatasetSchema.of(model)
     if schema is None:
-        raise RunError(
+        raise UsageError(
             f"{model_path} holds a {type(model).__name__} fitted without a dataset "
             "schema (on an array, or by an older version): refit it with "
             "'ilargi fit' to score new tables."
         )
     spec = load_spec(_model_spec(args))
-    tables = _parse_tables(args.table)
     if tables:
         spec = spec.with_tables(tables)
     keep = args.keep.split(",") if args.keep else _key_columns(spec)
     t0 = time.perf_counter()
-    frames = spec.read_tables(console, target=False, extra={spec.base: keep})
+    frames = _read_keeping(spec, console, keep, bool(args.keep))
     read_seconds = time.perf_counter() - t0
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        ds, _, info = spec.build_from(
-            frames, schema=schema, handle_unknown=args.handle_unknown
-        )
+        try:
+            ds, _, info = spec.build_from(
+                frames, schema=schema, handle_unknown=args.handle_unknown
+            )
+        except SpecError as exc:
+            if "categories the training data did not have" not in exc.message:
+                raise
+            # The data, not the spec: the flag asked for an error.
+            raise RunError(flag_spelling(exc.message)) from None
     _note_warnings(console, caught)
     info["read_seconds"] = read_seconds
     console.info(
@@ -421,11 +527,16 @@ def cmd_predict(args: argparse.Namespace, console: Console) -> int:
         f"(read {info['read_seconds']:.2f} s, built {info['build_seconds']:.2f} s)"
     )
     joins_report = _print_joins(console, ds)
+    if info["n_rows"] > info["n_base_rows"]:
+        console.note(_more_rows_note(ds, info["n_rows"], info["n_base_rows"]))
     t0 = time.perf_counter()
     out = pd.DataFrame({"base_row": ds.base_rows_})
     base = frames[spec.base]
+    rows = ds.base_rows_
     for col in keep:
-        out[col] = base[col].to_numpy()[ds.base_rows_]
+        # Rows an outer join added have no base row (-1): their keys are missing.
+        values = base[col].iloc[np.maximum(rows, 0)].reset_index(drop=True)
+        out[col] = values if rows.min(initial=0) >= 0 else values.where(rows >= 0)
     try:
         if hasattr(model, "predict"):
             out["prediction"] = np.asarray(model.predict(ds))
@@ -469,6 +580,7 @@ def cmd_predict(args: argparse.Namespace, console: Console) -> int:
                 "spec": str(spec.path),
                 "out": str(dest),
                 "n_rows": len(out),
+                "n_base_rows": info["n_base_rows"],
                 "columns": list(out.columns),
                 "joins": joins_report,
                 "read_seconds": info["read_seconds"],
@@ -482,7 +594,17 @@ def cmd_predict(args: argparse.Namespace, console: Console) -> int:
 
 # ---------------------------------------------------------------------- calibrate
 def cmd_calibrate(args: argparse.Namespace, console: Console) -> int:
+    import importlib.util
+
     from ilargi_sklearn import planner
+
+    if importlib.util.find_spec("catboost") is None:
+        # Checked before the timings: training comes at their end.
+        raise UsageError(
+            "calibrate trains the planner's CatBoost model, and CatBoost is not "
+            "installed: pip install 'ilargi-sklearn[planner]' (or pip install "
+            "catboost)."
+        )
 
     console.info(
         f"calibrating the planner on this machine (budget {args.budget:g} s)"

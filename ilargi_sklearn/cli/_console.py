@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -22,6 +23,12 @@ EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
 class RunError(Exception):
     """A failure while running a command (exit code 1), shown without traceback."""
+
+
+class UsageError(Exception):
+    """The command cannot start (exit code 2): an option's value, or a file named
+    on the command line that is missing or cannot be used; shown without
+    traceback."""
 
 
 PLOT_HINT = "pip install 'ilargi-sklearn[plot]' (or pip install matplotlib)"
@@ -156,8 +163,14 @@ class Console:
             self.stdout.write(text + "\n")
 
     def note(self, text: str) -> None:
-        """A remark the user must see (a skipped step, a fallback): on stderr."""
+        """A remark the user must see (a warning, a skipped step, a fallback): on
+        stderr, also under ``--quiet``."""
         self.stderr.write(text + "\n")
+
+    def notice(self, text: str) -> None:
+        """Narration on stderr (what takes time, and why): not under ``--quiet``."""
+        if not self.quiet:
+            self.stderr.write(text + "\n")
 
     def progress(self, total: int, label: str) -> Progress:
         return Progress(total, label, stream=self.stderr, enabled=not self.quiet)
@@ -202,21 +215,30 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def note_first_compile(console: Console) -> list[str]:
-    """Say, before the first fit on a fresh install, that it compiles kernels.
+#: What the command line says when the first numba kernel compiles.
+COMPILE_NOTE = (
+    "note: compiling numba kernels for this machine (once: a few seconds each; "
+    "later runs load them from numba's cache)"
+)
 
-    Returns the kernels numba's cache does not hold yet (empty: nothing to say).
-    """
-    from ilargi_sklearn._backend._launcher import kernels_to_compile
 
-    todo = kernels_to_compile()
-    if todo:
-        console.note(
-            f"note: the first fits on this machine compile up to {len(todo)} numba "
-            "kernels (a few seconds each, once; later runs load them from numba's "
-            "cache)"
-        )
-    return todo
+@contextlib.contextmanager
+def compile_notes(console: Console) -> Iterator[None]:
+    """Inside the block, say once (:meth:`Console.notice`) when a numba kernel
+    starts compiling; nothing when every kernel loads from numba's cache."""
+    from ilargi_sklearn._backend import _launcher
+
+    said = threading.Lock()
+
+    def note(name: str) -> None:
+        if said.acquire(blocking=False):
+            console.notice(COMPILE_NOTE)
+
+    remove = _launcher.on_compile(note)
+    try:
+        yield
+    finally:
+        remove()
 
 
 def plain(v: Any) -> Any:

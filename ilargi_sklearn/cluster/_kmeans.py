@@ -73,6 +73,7 @@ from ilargi_sklearn.cluster._lloyd_numba import (
 )
 from ilargi_sklearn.multisource import AffineOperator, FactorizedMatrix, MatrixOperator
 from ilargi_sklearn.multisource._operators import fused_layout
+from ilargi_sklearn.utils._stats import column_variances
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     Caller,
@@ -95,14 +96,13 @@ def _tolerance(op, tol):
     """Scale ``tol`` by the mean column variance of ``T`` (as scikit-learn does).
 
     The variances come from the column sums and the column sums of squares, so the
-    data are never centered explicitly.
+    data are never centered explicitly; columns of large mean are shifted by a
+    pilot value first (:func:`~ilargi_sklearn.utils._stats.column_variances`), so
+    that their variances do not cancel.
     """
     if tol == 0:
         return 0.0
-    n = op.n_rows
-    mean = np.asarray(to_numpy(op.col_sums()), dtype=np.float64) / n
-    sq = np.asarray(to_numpy(op.col_sq_sums()), dtype=np.float64) / n
-    variances = np.maximum(sq - mean**2, 0.0)
+    _, variances = column_variances(op)
     return float(np.mean(variances) * tol)
 
 

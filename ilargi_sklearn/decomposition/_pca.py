@@ -50,7 +50,12 @@ from ilargi_sklearn.decomposition._svd import (
     _total_variance,
 )
 from ilargi_sklearn.multisource import AffineOperator
-from ilargi_sklearn.utils._stats import centered_gram, host64
+from ilargi_sklearn.utils._stats import (
+    centered_gram,
+    choose_shift,
+    host64,
+    shifted_design,
+)
 from ilargi_sklearn.utils._validation import (
     Caller,
     DeviceMixin,
@@ -105,9 +110,13 @@ def _truncated_svd_centered(op, n_components, solver, random_state, **params):
     Vt : array of shape (n_components, n_features)
     total_var : float
     """
-    mean = host64(op.col_sums()) / op.n_rows
+    # The design with its columns of large mean shifted (T = W + 1 k^T): centered,
+    # its products never form the large values (utils._stats.shifted_design).
+    W, k = shifted_design(op, choose_shift(op))
+    mean_w = host64(W.col_sums()) / op.n_rows
+    mean = k + mean_w
     total_var = _total_variance(op, ddof=1)
-    centered = AffineOperator(op, offset=mean)
+    centered = AffineOperator(W, offset=mean_w)
     if solver == "arpack":
         v0 = _init_arpack_v0(min(op.shape), random_state)
         U, S, Vt = _arpack_svd(centered, n_components, v0, tol=params["tol"])
@@ -136,14 +145,29 @@ def _n_kept(n_components, explained_variance, ratio, n_samples):
     return int(n_components)
 
 
+def _shifted_rows(op, mean):
+    """``(W, m)`` with ``T - 1 mean^T = W - 1 m^T``: ``W`` the design with its
+    columns of large mean shifted (:func:`~ilargi_sklearn.utils._stats.shifted_design`),
+    so that centering its rows subtracts small values, not large ones.
+
+    ``mean`` lives where ``op`` does; so does ``m``.
+    """
+    W, k = shifted_design(op, choose_shift(op))
+    if not np.any(k):
+        return W, mean
+    return W, mean - asarray_on(k, op.xp, op.device, numpy_dtype(mean.dtype))
+
+
 def _project(op, components, mean, scale=None):
-    """``(T - 1 mu^T) V^T`` as ``T V^T - 1 (mu^T V^T)``, divided by ``scale``.
+    """``(T - 1 mu^T) V^T`` as ``W V^T - 1 (m^T V^T)`` (:func:`_shifted_rows`),
+    divided by ``scale``.
 
     ``components`` (k x d), ``mean`` and ``scale`` live where ``op`` does.
     """
     xp = op.xp
+    W, m = _shifted_rows(op, mean)
     Vt = xp.matrix_transpose(components)
-    Z = op.matmul(Vt) - xp.reshape(mean, (1, -1)) @ Vt
+    Z = W.matmul(Vt) - xp.reshape(m, (1, -1)) @ Vt
     return Z if scale is None else Z / scale
 
 
@@ -265,17 +289,23 @@ class FactorizedPCA(
         ``C = (T^T T - n mu mu^T) / (n - 1)``,
 
     with ``T^T T`` assembled from per-source blocks and co-occurrence blocks of
-    the sources (no joined row is formed). ``C = V diag(lambda) V^T`` on the host;
-    the projection of new data is ``(T - 1 mu^T) V = T V - 1 (mu^T V)``, one
-    factorized product with ``n_components_`` columns, and the log-likelihood of
-    :meth:`score_samples` needs the squared row norms of ``T - 1 mu^T``, which are
-    ``rownorms(T)^2 - 2 T mu + ||mu||^2``.
+    the sources (no joined row is formed). Formed as written, it would lose the
+    columns whose mean is large against their spread (cancellation); the sums are
+    those of ``W = T - 1 k^T``, whose columns of large mean are shifted by a pilot
+    value (``k``, a value of the column) inside the factorized terms, which
+    centering does not see (``docs/concepts.rst``). scikit-learn's own
+    ``covariance_eigh`` cancels there; its ``"full"`` solver does not, and this
+    one agrees with it. ``C = V diag(lambda) V^T`` on the host; the projection of
+    new data is ``(T - 1 mu^T) V = W V - 1 ((mu - k)^T V)``, one factorized product
+    with ``n_components_`` columns, and the log-likelihood of
+    :meth:`score_samples` needs the squared row norms of ``W - 1 (mu - k)^T``,
+    which are ``rownorms(W)^2 - 2 W (mu - k) + ||mu - k||^2``.
 
-    The truncated solvers run on the operator ``T - 1 mu^T`` whose products are
-    ``T X - 1 (mu^T X)`` and ``T^T Y - mu (1^T Y)``
+    The truncated solvers run on the operator ``W - 1 (mu - k)^T`` whose products
+    are ``W X - 1 ((mu - k)^T X)`` and ``W^T Y - (mu - k) (1^T Y)``
     (:class:`~ilargi_sklearn.multisource.AffineOperator`); the total variance of
-    ``explained_variance_ratio_`` is ``sum_j (s2_j - n mu_j^2) / (n - 1)`` from the
-    factorized column sums of squares ``s2``.
+    ``explained_variance_ratio_`` is ``sum_j (s2_j - n m_j^2) / (n - 1)`` from the
+    factorized column sums ``n m`` and sums of squares ``s2`` of ``W``.
 
     Accuracy: forming the gram squares the condition number, as scikit-learn's
     ``covariance_eigh`` does: eigenvalues far below the largest (below about
@@ -666,7 +696,12 @@ class FactorizedPCA(
             c = 0.0
             lam, W = np.linalg.eigh(precision)
             W, M = W.T, np.diag(lam)
-        # One product gives T mu and T W^T (in the data's dtype); the quadratic
+        # The rows relative to the mean as those of the shifted design relative
+        # to its own (``x - mean_ = w - m``): the norms below then subtract small
+        # values, not the squares of large means.
+        op, m = _shifted_rows(op, asarray_on(mu, xp, op.device))
+        mu = host64(m)
+        # One product gives W m and W V^T (in the data's dtype); the quadratic
         # form is then summed in float64 where the data live.
         B = asarray_on(np.column_stack([mu, W.T]), xp, op.device, op.dtype)
         f64 = namespace_dtype(xp, np.float64)

@@ -27,6 +27,7 @@ from ilargi_sklearn._backend._namespace import (
     to_numpy,
 )
 from ilargi_sklearn._backend._plan import UnsupportedOnDeviceError
+from ilargi_sklearn.utils._stats import column_variances
 
 
 def _svd_plan(op, n_components, n_oversamples, n_iter="auto"):
@@ -188,12 +189,12 @@ def _randomized_svd(
 
 def _total_variance(op, ddof=0):
     """``sum_j var(T[:, j])`` from the factorized column sums and sums of squares
-    (float64): ``sum_j (s2_j - n mu_j^2) / (n - ddof)``, clipped at zero per
-    column against cancellation."""
+    (float64) of the design with its columns of large mean shifted by a pilot
+    value (:func:`~ilargi_sklearn.utils._stats.column_variances`), so that no
+    column's variance cancels: ``sum_j (s2_j - n m_j^2) / (n - ddof)``."""
     n = op.n_rows
-    mean = np.asarray(to_numpy(op.col_sums()), dtype=np.float64) / n
-    sq = np.asarray(to_numpy(op.col_sq_sums()), dtype=np.float64)
-    return float(np.maximum(sq - n * mean**2, 0.0).sum()) / (n - ddof)
+    _, var = column_variances(op)
+    return float(var.sum()) * n / (n - ddof)
 
 
 def _linear_operator(op):

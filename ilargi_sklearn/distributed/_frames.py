@@ -20,6 +20,7 @@ import pandas as pd
 
 from ilargi_sklearn.distributed._dask import dask_dataset
 from ilargi_sklearn.multisource._builder import (
+    VALIDATE,
     Join,
     _as_list,
     _check_columns,
@@ -210,6 +211,13 @@ def dask_from_frames(
             ),
             why="a Dask-backed dataset keeps the fact table's rows: left joins only",
         )
+        if VALIDATE.get(j.validate) in ("one_to_one", "one_to_many"):
+            raise ValueError(
+                f"join {label!r}: validate={j.validate!r} checks the fact table's "
+                "keys for repeats, which a Dask-backed dataset does not do; its joins "
+                "are many-to-one (a joined table with a repeated key is refused), so "
+                "leave validate out or pass 'many_to_one'."
+            )
         index = _key_index(_key_frame(R, j), rk, label, j.nulls_equal)
         if left_name == base_name:
             # On the cluster, once: each partition looks its keys up.

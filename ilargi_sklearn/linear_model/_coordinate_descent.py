@@ -18,10 +18,10 @@ from sklearn.utils._sparse import _align_api_if_sparse
 from ilargi_sklearn._backend._namespace import asarray_on, to_numpy
 from ilargi_sklearn.linear_model._cd_gram import RAND_R_MAX, enet_cd_gram
 from ilargi_sklearn.linear_model._linear import (
-    _GRAM_NOISE,
     LinearPredictorMixin,
     _check_device_support,
     _regression_target,
+    lost_columns,
 )
 from ilargi_sklearn.utils._stats import centered_gram
 from ilargi_sklearn.utils._validation import (
@@ -50,7 +50,7 @@ def _drop_constant_columns(G, rhs, D, dtype):
     zero (or rounding-sized) column there and gives it a zero coefficient: a zero
     diagonal entry does the same here (the sweeps skip it, screening drops it).
     """
-    noise = np.diag(G) <= _GRAM_NOISE * float(np.finfo(dtype).eps) * D
+    noise = lost_columns(G, D, dtype)
     if not noise.any():
         return G, rhs
     G, rhs = G.copy(), rhs.copy()

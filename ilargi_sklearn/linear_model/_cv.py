@@ -43,7 +43,12 @@ from ilargi_sklearn.linear_model._linear import (
 )
 from ilargi_sklearn.linear_model._ridge import FactorizedRidge, _fit_ridge
 from ilargi_sklearn.multisource._interactions import rowwise_quadratic
-from ilargi_sklearn.utils._stats import FoldStatistics, centered_gram, host64
+from ilargi_sklearn.utils._stats import (
+    FoldStatistics,
+    centered_gram,
+    centered_products,
+    host64,
+)
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     STRATEGIES,
@@ -138,33 +143,86 @@ def _ridge_loo(op, Y, sample_weight, fit_intercept, stats, alphas):
     G, rhs = _drop_constant_columns(stats.G, stats.rhs, stats.D, op.dtype)
     eigvals, V = scipy.linalg.eigh(G, check_finite=False)
     Dinv = 1.0 / (np.maximum(eigvals, 0.0)[None, :] + alphas[:, None])  # (k, d)
-    VT_rhs = V.T @ rhs
-    coef = np.einsum("ij,kj,jt->kit", V, Dinv, VT_rhs)
-    mu = stats.mu
-    intercept = stats.y_mean[None, :] - np.einsum("i,kit->kt", mu, coef)
-    if alphas.size <= _MAX_QUADRATIC_ALPHAS:
-        h, fitted = _hat_by_quadratic_forms(op, V, Dinv, mu, coef)
-        fitted = fitted + asarray_on(intercept, xp, device)[None, :, :]
+    A = None
+    if _eigh_error(G, eigvals, V, alphas) > _EIGH_ERROR:
+        # Columns of very different scales (a left-joined column of large mean
+        # varies with the join): eigh resolves the small eigenvalues only to eps
+        # times the largest. Per alpha, the inverse of the equilibrated penalized
+        # gram is exact whatever the scales (one quadratic form per alpha).
+        A = _penalized_inverses(G, alphas)
+        coef = np.einsum("ijk,jt->kit", A, rhs)
     else:
-        h, fitted = _hat_by_rotated_rows(op, V, Dinv, mu, VT_rhs)
-        fitted = fitted + asarray_on(stats.y_mean, xp, device)[None, None, :]
+        VT_rhs = V.T @ rhs
+        coef = np.einsum("ij,kj,jt->kit", V, Dinv, VT_rhs)
+    intercept = stats.y_mean[None, :] - np.einsum("i,kit->kt", stats.mu, coef)
+    # Rows and targets through the shifted design and target (utils._stats): with
+    # T - 1 mu^T = W - 1 m^T and Y = Y~ + c_y, the hat diagonal, the fitted values
+    # and the residuals are formed of small values (a column or a target whose
+    # mean is large against its spread keeps its digits).
+    W, m = centered_products(op, stats)
+    c_y = stats.y_shift
+    Yt = Y - asarray_on(c_y, xp, device)[None, :] if np.any(c_y) else Y
+    y_center = stats.y_center
+    if A is not None or alphas.size <= _MAX_QUADRATIC_ALPHAS:
+        if A is None:
+            A = np.einsum("ij,kj,lj->ilk", V, Dinv, V)  # (d, d, k)
+        h, fitted = _hat_by_quadratic_forms(W, A, m, coef)
+        offset = y_center[None, :] - np.einsum("i,kit->kt", m, coef)
+        fitted = fitted + asarray_on(offset, xp, device)[None, :, :]
+    else:
+        h, fitted = _hat_by_rotated_rows(W, V, Dinv, m, VT_rhs)
+        fitted = fitted + asarray_on(y_center, xp, device)[None, None, :]
     s = None if sample_weight is None else sample_weight[:, None]
     lev = h if s is None else s * h
     if fit_intercept:
         lev = lev + (1.0 if s is None else s) / stats.sw_sum
-    looe = (Y[:, None, :] - fitted) / (1.0 - lev)[:, :, None]
+    looe = (Yt[:, None, :] - fitted) / (1.0 - lev)[:, :, None]
     if s is not None:
         looe = looe * xp.sqrt(s)[:, :, None]
     return host64(looe), coef, intercept
 
 
-def _hat_by_quadratic_forms(op, V, Dinv, mu, coef):
+# Largest relative error of the penalized inverses accepted from one
+# eigendecomposition of the gram (eigh's eigenvalues carry about eps times the
+# largest): a tenth of the estimators' 1e-8; above it, each penalty's
+# equilibrated gram is factored instead.
+_EIGH_ERROR = 1e-9
+
+
+def _eigh_error(G, eigvals, V, alphas):
+    """A bound on the relative error of ``1 / (lambda_j + alpha)`` from ``eigh``,
+    over the directions of the non-constant columns (the zeroed ones are exact)."""
+    if not eigvals.size:
+        return 0.0
+    live = np.sum(V[np.diag(G) > 0] ** 2, axis=0) > 0.5
+    if not live.any():
+        return 0.0
+    eps = float(np.finfo(np.float64).eps)
+    top = float(np.max(np.abs(eigvals)))
+    low = float(np.min(np.maximum(eigvals[live], 0.0))) + float(np.min(alphas))
+    return np.inf if low <= 0 else eps * top / low
+
+
+def _penalized_inverses(G, alphas):
+    """``(G + alpha_k I)^-1`` for every alpha, ``(d, d, k)``: Cholesky of the
+    equilibrated matrix, whose accuracy does not depend on the columns' scales."""
+    d = G.shape[0]
+    out = np.empty((d, d, alphas.size))
+    for k, a in enumerate(alphas):
+        P = G + a * np.eye(d)
+        s = 1.0 / np.sqrt(np.diag(P))
+        c = scipy.linalg.cho_factor(P * s[:, None] * s[None, :], lower=True)
+        out[:, :, k] = scipy.linalg.cho_solve(c, np.diag(s)) * s[:, None]
+    return out
+
+
+def _hat_by_quadratic_forms(op, A, mu, coef):
     """``(h (n, k), T w_k (n, k, t))``: the hat diagonal as row-wise quadratic
-    forms of the ``A_k`` and the uncentered predictions, one ``matmul``."""
+    forms of the ``A_k`` (``(d, d, k)``) and the uncentered predictions, one
+    ``matmul``."""
     xp, device = op.xp, op.device
     n, d = op.n_rows, op.n_cols
     n_alphas, _, n_targets = coef.shape
-    A = np.einsum("ij,kj,lj->ilk", V, Dinv, V)  # (d, d, k)
     A_mu = np.einsum("ijk,j->ik", A, mu)  # (d, k)
     M = np.concatenate(
         [np.transpose(coef, (1, 0, 2)).reshape(d, n_alphas * n_targets), A_mu], axis=1
@@ -466,6 +524,7 @@ class FactorizedRidgeCV(
             sample_weight,
             target=_regression_target,
             strategy=self.strategy,
+            non_negative_weights=True,
         )
         _check_device_support(op, type(self).__name__)
         if self.cv is None:
@@ -657,7 +716,7 @@ def _enet_path(
 _MSE_FROM_STATS_ERROR = 1e-9
 
 
-def _path_mse(test_op, Y_test, sw_test, coefs, intercepts, stats=None):
+def _path_mse(test_op, Y_test, sw_test, coefs, intercepts, stats=None, train=None):
     """(Weighted) mean squared error of every alpha of a path on a fold's test
     rows.
 
@@ -671,7 +730,12 @@ def _path_mse(test_op, Y_test, sw_test, coefs, intercepts, stats=None):
     ``eps sqrt(D_i D_j)`` per entry, against the error) exceeds
     :data:`_MSE_FROM_STATS_ERROR`, the residuals are computed instead, one
     product of the test rows with all the path's coefficients. ``stats``: the
-    test rows' centered statistics where the caller has them.
+    test rows' centered statistics where the caller has them; ``train``: those
+    of the training rows the intercepts came from. Where both were formed with
+    one shift (:class:`~ilargi_sklearn.utils._stats.FoldStatistics`), the
+    offset ``ybar_t - b - mu_t^T w = (ybar_t - ybar) - (mu_t - mu)^T w`` is
+    taken of the shifted means, which do not round away the difference of two
+    large means.
     """
     W = coefs[:, :, 0].T  # (d, k)
     b = intercepts[:, 0]
@@ -682,7 +746,17 @@ def _path_mse(test_op, Y_test, sw_test, coefs, intercepts, stats=None):
         - 2.0 * (stats.rhs[:, 0] @ W)
         + np.einsum("ik,ij,jk->k", W, stats.G, W)
     )
-    offset = stats.y_mean[0] - b - stats.mu @ W
+    if (
+        train is not None
+        and train.shift is stats.shift
+        and np.array_equal(train.y_shift, stats.y_shift)
+        and np.any(train.mu)
+    ):
+        offset = (stats.y_center[0] - train.y_center[0]) - (
+            stats.w_center - train.w_center
+        ) @ W
+    else:
+        offset = stats.y_mean[0] - b - stats.mu @ W
     mse = sse / stats.sw_sum + offset**2
     eps = _GRAM_NOISE * float(np.finfo(test_op.dtype).eps)
     scale = stats.y_sq_norm[0] + (np.sqrt(stats.D) @ np.abs(W)) ** 2
@@ -774,6 +848,7 @@ class _FactorizedLinearModelCV(
             sample_weight,
             target=_single_target,
             strategy=self.strategy,
+            non_negative_weights=True,
         )
         _check_device_support(op, name)
         l1_ratios = self._l1_ratios()
@@ -847,7 +922,13 @@ class _FactorizedLinearModelCV(
             coefs = np.concatenate(paths, axis=0)
             intercepts = stats.y_mean[None, :] - np.einsum("i,kit->kt", stats.mu, coefs)
             errors = _path_mse(
-                fold.test_op, fold.Y_test, fold.sw_test, coefs, intercepts, fold.test
+                fold.test_op,
+                fold.Y_test,
+                fold.sw_test,
+                coefs,
+                intercepts,
+                fold.test,
+                stats if self.fit_intercept else None,
             )
             mse[:, f] = errors.reshape(l1_ratios.size, grids.shape[1])
         if n_failed:

@@ -31,7 +31,13 @@ from ilargi_sklearn.linear_model._loss import (
     _split_coef,
 )
 from ilargi_sklearn.multisource._operators import matmul_into
-from ilargi_sklearn.utils._stats import centered_gram, host64
+from ilargi_sklearn.utils._stats import (
+    centered_gram,
+    centered_products,
+    choose_shift,
+    host64,
+    shifted_design,
+)
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     STRATEGIES,
@@ -114,29 +120,53 @@ _GRAM_NOISE = 100.0
 # Refinement is skipped when the first solution's error bound (condition times
 # the relative noise of the gram and the right-hand side) is below this.
 _SKIP_REFINE = 1e-10
+# A column dropped as constant up to rounding whose centered variance is above
+# this many eps times its rounding scale was not constant: its variance was lost
+# (a warning names it).
+_LOST_VARIANCE = 10.0
 
 
-def _psd_solver(G, D, dtype, cond):
+def _ill_conditioned_warning(rcond, n_lost, n, why):
+    """scikit-learn's (SciPy's) ``LinAlgWarning`` for a solve that loses digits."""
+    warnings.warn(
+        f"Ill-conditioned matrix (rcond={rcond:.3g}): result may not be accurate. "
+        f"{n_lost} of {n} directions of the centered gram are below its rounding "
+        f"noise and get no weight ({why}). Rescale the features (e.g. with "
+        "FactorizedStandardScaler) or increase the penalty.",
+        scipy.linalg.LinAlgWarning,
+        stacklevel=4,
+    )
+
+
+def _psd_solver(G, D, dtype, cond, penalized=False):
     """A solver for ``G x = b`` with ``G`` symmetric positive semi-definite.
 
-    ``G`` is the centered gram and ``D`` the diagonal of the uncentered gram it came
-    from: the entries of the uncentered gram carry rounding errors of about
-    ``eps * sqrt(D_i D_j)``, and subtracting ``s_sum mu mu^T`` keeps them even where
-    the centered gram is much smaller (columns whose mean is large compared with
-    their spread, constant columns). A direction ``v`` of ``G`` is therefore only
-    resolved when its eigenvalue is above ``eps * (sum_i |v_i| sqrt(D_i))^2``.
+    ``G`` is the centered gram and ``D`` the diagonal of the raw gram it came
+    from: the entries of the raw gram carry rounding errors of about
+    ``eps * sqrt(D_i D_j)``, and centering keeps them even where the centered
+    gram is much smaller (columns whose mean is large compared with their spread
+    and were not shifted, constant columns). A direction ``v`` of ``G`` is
+    therefore only resolved when its eigenvalue is above ``eps * (sum_i |v_i|
+    sqrt(D_i))^2``.
 
     scikit-learn's dense ``LinearRegression`` calls ``lstsq(X, y, cond=tol)``:
     singular values of the design below ``cond`` times the largest count as zero.
     The gram's eigenvalues are the squared singular values, so its cut is
     ``cond**2``. Cholesky when ``G`` is well conditioned (LAPACK's reciprocal
-    condition estimate above ``cond**2`` and above the worst-case noise); otherwise
-    the pseudo-inverse through the eigendecomposition, dropping the eigenvalues
-    below ``cond**2 * max(eigenvalues)`` or below their own noise level: the
-    minimum-norm solution that ``lstsq(cond=cond)`` computes on the design.
+    condition estimate above ``cond**2``, and that of the equilibrated gram
+    ``diag(G)^-1/2 G diag(G)^-1/2`` above its worst-case noise): the factor is
+    taken of the equilibrated gram, whose accuracy does not depend on the columns'
+    scales (a column whose variance dwarfs the others' leaves them exact).
+    Otherwise the pseudo-inverse through the eigendecomposition, dropping the
+    eigenvalues below ``cond**2 * max(eigenvalues)`` or below their own noise
+    level: the minimum-norm solution that ``lstsq(cond=cond)`` computes on the
+    design. Dropping an eigenvalue that ``cond`` keeps (one below the noise only)
+    loses a direction ``lstsq`` resolves: a ``LinAlgWarning`` says so, as
+    scikit-learn's ridge solve does for an ill-conditioned system.
 
     Ridge passes ``G + alpha I`` with the ``D`` of ``G``: the penalty is exact and
-    adds no rounding noise.
+    adds no rounding noise. ``penalized`` (a positive penalty) makes every dropped
+    eigenvalue a lost direction: the penalized gram is positive definite.
 
     Returns
     -------
@@ -153,34 +183,53 @@ def _psd_solver(G, D, dtype, cond):
     eps = _GRAM_NOISE * float(np.finfo(dtype).eps)
     sqrt_d = np.sqrt(np.maximum(D, 0.0))
     anorm = float(np.abs(G).sum(axis=0).max(initial=0.0))
+    rc_scaled = 0.0
     if anorm > 0 and np.all(np.isfinite(G)):
-        worst_noise = eps * n * float(np.max(D, initial=0.0))
-        rcond = max(cond**2, worst_noise / anorm)
+        g = np.diag(G)
+        s = np.where(g > 0, 1.0 / np.sqrt(np.where(g > 0, g, 1.0)), 1.0)
+        Gs = G * s[:, None] * s[None, :]
+        anorm_s = float(np.abs(Gs).sum(axis=0).max())
+        worst_noise = eps * n * float(np.max(np.maximum(D, 0.0) * s * s, initial=0.0))
         try:
-            c, lower = scipy.linalg.cho_factor(G, lower=True, check_finite=False)
-            rc, info = scipy.linalg.lapack.dpocon(c, anorm, uplo="L")
-            if info == 0 and rc >= rcond:
-                return (
-                    (
-                        lambda b: scipy.linalg.cho_solve(
-                            (c, lower), b, check_finite=False
-                        )
-                    ),
-                    n,
-                    worst_noise / anorm / rc,
+            c, lower = scipy.linalg.cho_factor(Gs, lower=True, check_finite=False)
+            rc_scaled, info = scipy.linalg.lapack.dpocon(c, anorm_s, uplo="L")
+            # lstsq's cut is on the design's own scale: the unscaled gram's
+            # condition, whose factor is diag(1 / s) times the scaled one's.
+            rc = 1.0
+            if cond > 0:
+                rc, _ = scipy.linalg.lapack.dpocon(
+                    np.tril(c) / s[:, None], anorm, uplo="L"
                 )
+            if info == 0 and rc_scaled >= worst_noise / anorm_s and rc >= cond**2:
+
+                def solve(b):
+                    sb = b * (s if b.ndim == 1 else s[:, None])
+                    x = scipy.linalg.cho_solve((c, lower), sb, check_finite=False)
+                    return x * (s if b.ndim == 1 else s[:, None])
+
+                return solve, n, worst_noise / anorm_s / rc_scaled
         except np.linalg.LinAlgError:
             pass
     eigvals, V = scipy.linalg.eigh(G, check_finite=False)
     top = float(eigvals[-1]) if n else 0.0
     noise = eps * (np.abs(V).T @ sqrt_d) ** 2
-    keep = (eigvals > cond**2 * top) & (eigvals > noise)
+    kept_by_cond = eigvals > cond**2 * top
+    keep = kept_by_cond & (eigvals > noise)
     rank = int(keep.sum())
     logger.info(
         "gram singular or ill-conditioned: minimum-norm solution of rank %d/%d.",
         rank,
         n,
     )
+    # Directions lost to rounding only (not to cond): the solution differs from
+    # lstsq's. Without a penalty, an exactly singular direction is at the rounding
+    # level of the gram's entries, far below eps * top, and is told apart from it.
+    lost = kept_by_cond & ~keep
+    if not penalized:
+        lost &= eigvals > _LOST_VARIANCE * float(np.finfo(dtype).eps) * top
+    if lost.any():
+        why = "the penalty is below the gram's rounding" if penalized else "rounding"
+        _ill_conditioned_warning(rc_scaled, int(lost.sum()), n, why)
     Vk, ev = V[:, keep], eigvals[keep]
 
     def solve(b):
@@ -191,6 +240,19 @@ def _psd_solver(G, D, dtype, cond):
     return solve, rank, np.inf
 
 
+def lost_columns(G, D, dtype):
+    """Boolean mask of the columns whose centered variance is below the rounding
+    noise of the raw gram (``_GRAM_NOISE`` eps ``D_j``): constant up to rounding.
+
+    Such a column gets a zero coefficient, as ``lstsq`` gives a constant one.
+    With the pilot shift (``utils._stats``) only constant columns are, and the
+    columns of sparse sources with a mean far larger than their spread, which a
+    warning names when the statistics are formed
+    (:func:`~ilargi_sklearn.utils._stats.choose_shift`).
+    """
+    return np.diag(G) <= _GRAM_NOISE * float(np.finfo(dtype).eps) * D
+
+
 def _gram_solver(stats, alphas, dtype, cond):
     """A solver of ``(G + alpha_j I) x_j = b_j`` for the centered gram of ``stats``
     (:class:`~ilargi_sklearn.utils._stats.GramStats`), one penalty per column.
@@ -198,8 +260,9 @@ def _gram_solver(stats, alphas, dtype, cond):
     Columns that are constant up to rounding (a "year" column, a dimension
     attribute that never varies) have a centered variance that is pure
     cancellation noise, which would also leak into every other direction through
-    the off-diagonal noise: they get a zero coefficient, as with lstsq. Columns
-    that share a penalty share one factorization (:func:`_psd_solver`).
+    the off-diagonal noise: they get a zero coefficient, as with lstsq
+    (:func:`lost_columns`). Columns that share a penalty share one factorization
+    (:func:`_psd_solver`).
 
     Returns
     -------
@@ -213,13 +276,13 @@ def _gram_solver(stats, alphas, dtype, cond):
         The columns that are not constant.
     """
     G, D = stats.G, stats.D
-    free = np.flatnonzero(np.diag(G) > _GRAM_NOISE * float(np.finfo(dtype).eps) * D)
+    free = np.flatnonzero(~lost_columns(G, D, dtype))
     G_free, D_free = G[np.ix_(free, free)], D[free]
     solvers, rank, error = [], free.size, 0.0
     for a in np.unique(alphas):
         targets = np.flatnonzero(alphas == a)
         A = G_free + a * np.eye(free.size) if a else G_free
-        solve_a, rank_a, error_a = _psd_solver(A, D_free, dtype, cond)
+        solve_a, rank_a, error_a = _psd_solver(A, D_free, dtype, cond, a > 0)
         solvers.append((targets, solve_a))
         rank, error = min(rank, rank_a), max(error, error_a)
 
@@ -241,13 +304,15 @@ def _solve_normal_equations(
     With weights ``s``, ``s_sum = sum(s)`` and weighted column means
     ``mu = s^T T / s_sum``, the centered gram and right-hand side are
     ``T^T S T - s_sum mu mu^T`` and ``T^T S Y - mu (s^T Y)``: the data are never
-    centered, so sparsity and factorization survive.
+    centered, so sparsity and factorization survive. They are formed from the
+    shifted design ``W = T - 1 k^T`` and target (:func:`centered_gram`), so
+    columns and targets whose means are large compared with their spread keep
+    their digits.
 
-    The solution is then refined with the residual computed through the operator
-    (``dW = G_c^+ T_c^T S (Y - T W - b)``: one ``matmul`` and one ``rmatmul`` per
-    step) until the correction stops shrinking, which recovers the accuracy that
-    forming the gram loses on ill-conditioned data and on columns whose means are
-    large compared with their spread.
+    The solution is then refined with the residual computed through the shifted
+    design (``dW = G_c^+ W_c^T S (Y~ - W_c W - b~)``: one ``matmul`` and one
+    ``rmatmul`` per step) until the correction stops shrinking, which recovers
+    the accuracy that forming the gram loses on ill-conditioned data.
 
     With ``alpha`` (ridge, one penalty per target) target ``j`` solves
     ``(G + alpha_j I) w_j = rhs_j``: one factorization per distinct penalty, and
@@ -301,27 +366,35 @@ def _solve_normal_equations(
     if n_features == 0 or rank == 0:
         return coef.T, y_mean, rank
     # The right-hand side's entries carry rounding errors up to
-    # eps * sqrt(D_j) ||sqrt(s) Y|| (Cauchy-Schwarz on T^T S Y), which centering
+    # eps * sqrt(D_j) ||sqrt(s) Y~|| (Cauchy-Schwarz on W^T S Y~), which centering
     # keeps. When the error bound of the first solve is far below the accuracy
     # the estimators promise (1e-8 relative), refining cannot change the result.
     y_norm = np.sqrt(stats.y_sq_norm)
     rhs_noise = _GRAM_NOISE * float(np.finfo(dtype).eps) * np.outer(np.sqrt(D), y_norm)
-    rhs_scale = np.max(np.abs(rhs[free]), axis=0)
+    # Per unit of each column's scale (the solver's equilibrated coordinates): a
+    # column whose variance dwarfs the others' does not set the others' noise.
+    g = np.diag(stats.G)[free]
+    unit = 1.0 / np.sqrt(np.where(g > 0, g, 1.0))[:, None]
+    rhs_scale = np.max(np.abs(rhs[free]) * unit, axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        rhs_error = np.max(rhs_noise[free], axis=0) / rhs_scale
+        rhs_error = np.max(rhs_noise[free] * unit, axis=0) / rhs_scale
     if error + float(np.max(np.nan_to_num(rhs_error, nan=np.inf))) < _SKIP_REFINE:
         return coef.T, y_mean - mu @ coef, rank
 
+    # The residual through the shifted design: with T - 1 mu^T = W - 1 m^T and
+    # Y - y_mean = Y~ - ybar~, no product forms a large value of a shifted column
+    # or target (without an intercept, m = -k and the constants are genuine).
+    W, m = centered_products(op, stats)
+    c_y = stats.y_shift
+    Yt = Y - asarray_on(c_y, xp, op.device)[None, :] if np.any(c_y) else Y
+    y_center = stats.y_center
     tiny = 10 * float(np.finfo(dtype).eps)
     previous = np.inf
     for _ in range(max_refine):
-        intercept = y_mean - mu @ coef
-        b = asarray_on(intercept, xp, op.device)
-        R = Y - _predict64(op, coef) - b
+        b = asarray_on(y_center - m @ coef, xp, op.device)
+        R = Yt - _predict64(W, coef) - b
         SR = weighted(R)
-        grad = host64(op.rmatmul(cast(SR)))
-        if fit_intercept:
-            grad -= np.outer(mu, colsum(SR))
+        grad = host64(W.rmatmul(cast(SR))) - np.outer(m, colsum(SR))
         if alpha is not None:
             grad -= alphas * coef
         step = solve(grad)
@@ -483,10 +556,15 @@ def _solve_lsqr(op, Y, sample_weight, fit_intercept, tol, alpha=None, max_iter=N
     dtype = op.dtype
     sw_sum = float(n_samples if sample_weight is None else np.sum(sample_weight))
     sqrt_sw = None if sample_weight is None else np.sqrt(sample_weight)
+    # The products run on the design with its columns of large mean shifted,
+    # T = W + 1 k^T (utils._stats.shifted_design): the centered products
+    # W v - m^T v then never form the large values.
+    op, k = shifted_design(op, choose_shift(op))
     if fit_intercept:
-        mu = np.asarray(op.col_sums(sample_weight), dtype=np.float64) / sw_sum
+        m = np.asarray(op.col_sums(sample_weight), dtype=np.float64) / sw_sum
+        mu = k + m
     else:
-        mu = np.zeros(n_features)
+        m, mu = -k, np.zeros(n_features)
 
     # n-sized workspaces reused by every product: a fresh n-sized array per
     # product costs its page faults each time (expensive on a virtual machine). LSQR
@@ -503,7 +581,7 @@ def _solve_lsqr(op, Y, sample_weight, fit_intercept, tol, alpha=None, max_iter=N
         elif res is not prod:
             res[...] = prod
             out = res
-        out -= mu @ v
+        out -= m @ v
         if sqrt_sw is not None:
             out *= sqrt_sw
         return out
@@ -517,7 +595,7 @@ def _solve_lsqr(op, Y, sample_weight, fit_intercept, tol, alpha=None, max_iter=N
         else:
             ud = u
         out = np.asarray(op.rmatmul(ud), dtype=np.float64)
-        out -= mu * u.sum()
+        out -= m * u.sum()
         return out
 
     n_targets = Y.shape[1]
@@ -786,6 +864,7 @@ class FactorizedLinearRegression(
             sample_weight,
             target=_regression_target,
             strategy=self.strategy,
+            non_negative_weights=True,
         )
         n_features = op.n_cols
         if self.solver == "normal" and use_cuml(op, self.strategy):

@@ -38,7 +38,7 @@ from ilargi_sklearn.linear_model._linear import (
     _solve_normal_equations,
 )
 from ilargi_sklearn.linear_model._logistic import _labels_from_scores
-from ilargi_sklearn.utils._stats import centered_gram, host64
+from ilargi_sklearn.utils._stats import centered_gram, centered_products, host64
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     STRATEGIES,
@@ -93,6 +93,12 @@ def _resolve_solver(solver, positive, op, name):
     if solver == "auto":
         if positive:
             solver = "lbfgs"
+        elif _implicit_and_wide(op):
+            # Implicit polynomial features: LSQR's stopping rule (tol=1e-4)
+            # left ill-conditioned expansions 0.25 away from the solution;
+            # scikit-learn's conjugate gradients, then the exact solve when they
+            # would cost more than it (_solve_products_then_gram).
+            solver = "sparse_cg_then_cholesky"
         elif _linear.gram_out_of_reach(op):
             # LSQR's loop is NumPy code over n-length vectors; CG keeps only
             # parameter-sized vectors and so runs wherever the operator does.
@@ -117,11 +123,86 @@ def _resolve_solver(solver, positive, op, name):
     return solver
 
 
-def _normal_product(op, sample_weight, mu):
+def _implicit_and_wide(op):
+    """An implicit feature expansion (``prefers_products``) too wide for the
+    gram to be formed without a second thought."""
+    return bool(
+        getattr(op, "prefers_products", False) and _linear.gram_out_of_reach(op)
+    )
+
+
+def _gram_cost_in_iterations(op):
+    """Conjugate-gradient iterations that cost about as much as the gram.
+
+    The gram of ``p`` implicit degree-2 features of a ``d``-column base is
+    formed from materialized row blocks, ``n p^2`` multiply-adds; one iteration
+    is one product each way through the operator, about ``2 n d^2`` each
+    (``InteractionOperator``'s costs). So about ``p^2 / (4 d^2)`` iterations
+    (``d^2 / 16`` for degree 2), at least 10.
+    """
+    p = op.n_cols
+    d = getattr(getattr(op, "base", None), "n_cols", None) or max(1.0, (2 * p) ** 0.5)
+    return max(10, int(np.ceil(p * p / (4.0 * d * d))))
+
+
+#: The relative residual at which conjugate gradients stand in for an exact solve.
+_EXACT_RTOL = 1e-10
+
+
+def _solve_products_then_gram(
+    op, Y, sample_weight, fit_intercept, alphas, tol, max_iter
+):
+    """Ridge on an implicit feature expansion with scikit-learn's default
+    accuracy on the materialized matrix, without forming the gram when it need not.
+
+    Conjugate gradients (scikit-learn's ``sparse_cg`` iteration) run for as many
+    iterations as forming the gram would cost: to ``tol`` on sparse data (the
+    answer of scikit-learn's default there, ``sparse_cg``), to a relative
+    residual of ``1e-10`` on dense data (where scikit-learn's default is the
+    exact Cholesky solve). Where they have not converged by then, the exact
+    solve on the gram. Well-conditioned expansions converge in tens of
+    iterations, far below the gram's cost; ill-conditioned ones (unscaled, or
+    one-hot products) get the direct solve's answer in at most about twice its
+    time.
+
+    Returns ``(coef, intercept, n_iter, solver)``: ``solver`` is the one whose
+    answer is returned.
+    """
+    stats = centered_gram(op, sample_weight, fit_intercept, Y, gram=False)
+    product = _normal_product(*centered_products(op, stats), sample_weight)
+    budget = _gram_cost_in_iterations(op)
+    if max_iter is not None:
+        budget = min(budget, int(max_iter))
+    # scikit-learn's default on the materialized matrix: sparse_cg at ``tol`` for
+    # sparse data, and the exact Cholesky solve for dense data, which ``tol``
+    # does not touch: there the iterations go on to a residual at the rounding
+    # of the right-hand side's norm.
+    rtol = tol if op.is_sparse else min(tol, _EXACT_RTOL)
+    coef, n_iter, converged = _conjugate_gradient(
+        product, stats.rhs, alphas, rtol, budget
+    )
+    if converged.all():
+        return coef.T, stats.y_mean - stats.mu @ coef, n_iter, "sparse_cg"
+    logger.info(
+        "%d conjugate-gradient iterations did not reach tol=%g (they cost about "
+        "as much as the gram): solving the normal equations instead.",
+        budget,
+        tol,
+    )
+    coef, intercept, _ = _solve_normal_equations(
+        op, Y, sample_weight, fit_intercept, cond=0.0, alpha=alphas
+    )
+    return coef, intercept, n_iter + 1, "cholesky"
+
+
+def _normal_product(op, mu, sample_weight):
     """``V -> T_c^T S T_c V`` through the operator, ``T_c = T - 1 mu^T``.
 
     ``V`` (n_features, k) is on the host; one ``matmul`` and one ``rmatmul`` of k
     columns, with the centering applied to the products (never to the data).
+    ``op`` and ``mu`` are the shifted design and its center
+    (:func:`~ilargi_sklearn.utils._stats.centered_products`), whose products do
+    not form the large values of a column with a large mean.
     """
     xp = op.xp
     xdt = namespace_dtype(xp, op.dtype)
@@ -191,7 +272,7 @@ def _solve_sparse_cg(op, Y, sample_weight, fit_intercept, alphas, tol, max_iter)
     Returns ``(coef (n_targets, n_features), intercept (n_targets,), n_iter)``.
     """
     stats = centered_gram(op, sample_weight, fit_intercept, Y, gram=False)
-    product = _normal_product(op, sample_weight, stats.mu)
+    product = _normal_product(*centered_products(op, stats), sample_weight)
     coef, n_iter, converged = _conjugate_gradient(
         product, stats.rhs, alphas, tol, max_iter
     )
@@ -226,7 +307,7 @@ def _solve_positive(op, Y, sample_weight, fit_intercept, alphas, tol, max_iter):
             return G @ V
 
     else:
-        product = _normal_product(op, sample_weight, stats.mu)
+        product = _normal_product(*centered_products(op, stats), sample_weight)
     n_features, n_targets = stats.rhs.shape
     options = {} if max_iter is None else {"maxiter": max_iter}
     coef = np.zeros((n_targets, n_features))
@@ -286,6 +367,11 @@ def _fit_ridge(estimator, op, Y, sample_weight):
         coef, intercept, n_iter = _solve_lsqr(
             *args, estimator.tol, alpha=alphas, max_iter=estimator.max_iter
         )
+    elif solver == "sparse_cg_then_cholesky":
+        with one_blas_thread():
+            coef, intercept, n_iter, solver = _solve_products_then_gram(
+                *args, alphas, estimator.tol, estimator.max_iter
+            )
     else:
         solve = _solve_sparse_cg if solver == "sparse_cg" else _solve_positive
         # The solvers' vector operations gain nothing from BLAS threads.
@@ -373,13 +459,19 @@ class FactorizedRidge(
         * ``"sparse_cg"``: conjugate gradients on the penalized normal equations,
           each iteration one ``T v`` and one ``T^T u`` (all targets at once).
         * ``"lbfgs"``: L-BFGS-B with ``coef >= 0``, only with ``positive=True``.
-        * ``"auto"``: ``"lbfgs"`` when ``positive``; ``"lsqr"`` (``"sparse_cg"``
-          on a device) above 1000 features on sparse data or on operators
-          whose gram is costly to form (``prefers_products``: implicit
-          polynomial features); otherwise
-          ``"cholesky"``. The choice is logged at INFO and kept in ``solver_``.
-          Unlike scikit-learn (``"sparse_cg"`` for every sparse input), sparse
-          data of moderate width get the exact solve.
+        * ``"auto"``: ``"lbfgs"`` when ``positive``; above 1000 features of an
+          operator whose gram is costly to form (``prefers_products``: implicit
+          polynomial features), ``"sparse_cg"`` for as many iterations as the
+          gram would cost (to ``tol`` on sparse data, to a relative residual of
+          1e-10 on dense data), then ``"cholesky"`` if they have not converged:
+          the accuracy of scikit-learn's default on the materialized matrix
+          (``sparse_cg`` on sparse, Cholesky on dense data), never an answer
+          stopped early by LSQR's looser rule; ``"lsqr"`` (``"sparse_cg"``
+          on a device) above 1000 features of sparse data; otherwise
+          ``"cholesky"``. The choice is logged at INFO and the solver whose
+          answer was kept is ``solver_``. Unlike scikit-learn (``"sparse_cg"``
+          for every sparse input), sparse data of moderate width get the exact
+          solve.
     positive : bool, default=False
         Force the coefficients to be non-negative (``solver="lbfgs"``). L-BFGS-B
         then runs on the centered gram (no pass over the data per iteration)
@@ -516,6 +608,7 @@ class FactorizedRidge(
             sample_weight,
             target=_regression_target,
             strategy=self.strategy,
+            non_negative_weights=True,
         )
         self._fit_targets(op, Y, sample_weight, y_ndim)
         return self
@@ -684,6 +777,7 @@ class FactorizedRidgeClassifier(_RidgeFit, DeviceMixin, ClassifierMixin, BaseEst
             sample_weight,
             target=_class_codes_target,
             strategy=self.strategy,
+            non_negative_weights=True,
         )
         if self.class_weight:
             reweighting = compute_sample_weight(self.class_weight, y)

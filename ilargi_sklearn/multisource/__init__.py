@@ -3,6 +3,7 @@
 from ilargi_sklearn.multisource._builder import (
     DEFAULT_MIN_MATCH,
     Join,
+    JoinFanOutWarning,
     JoinMatchWarning,
     from_frames,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "FactorizedMatrix",
     "InteractionOperator",
     "Join",
+    "JoinFanOutWarning",
     "JoinMatchWarning",
     "MatrixOperator",
     "MultiSourceDataset",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numbers
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
@@ -33,13 +33,25 @@ from ilargi_sklearn.multisource._encoding import (
     is_categorical,
 )
 from ilargi_sklearn.multisource._keys import (
+    hazard_rows,
+    hazards_possible,
+    int_float_precision,
     key_codes,
     key_hazards,
     key_kind,
+    kinds_match,
     numbers_as_text,
+    row_number_hints,
+    time_zone,
 )
 
-__all__ = ["DEFAULT_MIN_MATCH", "Join", "JoinMatchWarning", "from_frames"]
+__all__ = [
+    "DEFAULT_MIN_MATCH",
+    "Join",
+    "JoinFanOutWarning",
+    "JoinMatchWarning",
+    "from_frames",
+]
 
 How = Literal["inner", "left", "outer"]
 
@@ -53,8 +65,30 @@ DEFAULT_MIN_MATCH = 0.5
 ROW_NUMBER = "<row number>"
 
 
+#: ``Join(validate=...)``: pandas.merge's spellings, and the check each makes.
+VALIDATE = {
+    "one_to_one": "one_to_one",
+    "1:1": "one_to_one",
+    "one_to_many": "one_to_many",
+    "1:m": "one_to_many",
+    "many_to_one": "many_to_one",
+    "m:1": "many_to_one",
+    "many_to_many": "many_to_many",
+    "m:m": "many_to_many",
+}
+
+
 class JoinMatchWarning(UserWarning):
-    """A join matched fewer rows than its ``min_match``: probably a key mistake."""
+    """A join matched fewer rows than its ``min_match``, or a known key mistake
+    (padded or differently cased text, keys off by one) explains unmatched keys."""
+
+
+class JoinFanOutWarning(UserWarning):
+    """A join repeated rows: keys occur more than once in the joined table.
+
+    Silenced by declaring the relationship: ``Join(validate="one_to_many")`` (or
+    ``"many_to_many"``); ``validate="many_to_one"`` makes it an error.
+    """
 
 
 @dataclass(frozen=True)
@@ -83,13 +117,15 @@ class Join:
     categorical : list of str, optional
         Feature columns to one-hot encode even if numeric. Object, string and
         categorical dtypes are one-hot encoded automatically.
-    impute : {"zero", "mean", "median", "joined_mean"} or float, optional
+    impute : {"zero", "mean", "median", "joined_mean", "missing"} or float, optional
         Replacement for NaN in this table's numeric features; default: NaN raises a
         ``ValueError``. ``"mean"`` and ``"median"`` are computed over the table's
         own rows; ``"joined_mean"`` is the mean over the dataset's rows (a table row
         counts once per dataset row that takes it), which is what
-        ``SimpleImputer`` computes on the joined table. For categorical features
-        any imputation maps NaN to an all-zero one-hot row.
+        ``SimpleImputer`` computes on the joined table. ``"missing"`` keeps NaN as
+        a missing value (a dataset that ``allows_nan``, for the estimators that
+        route missing values, such as the gradient-boosted trees). For categorical
+        features any imputation maps NaN to an all-zero one-hot row.
     indicator : bool, default=False
         Add a feature ``"{name}__matched"`` that is 1 on target rows this table
         matched and 0 elsewhere (useful with left joins).
@@ -103,7 +139,20 @@ class Join:
     min_match : float, optional
         Warn (:class:`JoinMatchWarning`) when fewer than this fraction of the rows
         find a partner; a join that matches no row raises unless ``min_match=0``.
-        Default: ``from_frames``' ``min_match``.
+        Default: ``from_frames``' ``min_match``. Whatever the rate, unmatched keys
+        that a known key mistake explains (text that differs by whitespace,
+        quotes, case or leading zeros, numbers against text, row numbers off by
+        one) warn.
+    validate : {"one_to_one", "one_to_many", "many_to_one", "many_to_many"}, optional
+        The relationship, checked as ``pandas.merge(validate=...)`` does (also
+        ``"1:1"``, ``"1:m"``, ``"m:1"``, ``"m:m"``): "one_to_one" and
+        "one_to_many" need unique keys in the left table (the base, or ``via``),
+        "one_to_one" and "many_to_one" unique keys in ``table``; a violation
+        raises ``pandas.errors.MergeError`` (a ``ValueError``) naming a few
+        repeated keys. Missing keys match nothing and are not counted unless
+        ``nulls_equal``. Default: a join that repeats rows (a key occurs more than
+        once in ``table``) warns (:class:`JoinFanOutWarning`); "one_to_many" or
+        "many_to_many" declares that intended.
     """
 
     table: Any
@@ -120,6 +169,7 @@ class Join:
     row_number: int | None = None
     nulls_equal: bool = False
     min_match: float | None = None
+    validate: str | None = None
 
     def keys(self, label: str) -> tuple[list[str], list[str]]:
         """The left and right key columns (:data:`ROW_NUMBER` for a row number)."""
@@ -161,11 +211,14 @@ class Join:
         return replace(self, table=None)
 
 
-def _as_list(v: str | Sequence[str] | None) -> list[str]:
-    """A column list; a single string is one column (not its characters)."""
+def _as_list(v: Any) -> list[Any]:
+    """A column list; a single label (a string, or a number as ``on=0``) is one
+    column, not its characters; a list or tuple lists columns."""
     if v is None:
         return []
-    return [v] if isinstance(v, str) else list(v)
+    if isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
+        return [v]
+    return list(v)
 
 
 def _as_frame(
@@ -207,6 +260,15 @@ def _check_columns(
             f"{what} {missing} not found in table {label!r}; its columns are "
             f"{list(frame.columns)}."
         )
+    if not frame.columns.is_unique:
+        repeated = set(frame.columns[frame.columns.duplicated()])
+        twice = list(dict.fromkeys(c for c in cols if c in repeated))
+        if twice:
+            raise ValueError(
+                f"table {label!r} has several columns named {twice} ({what}): "
+                "rename them first (pandas.merge refuses them too), e.g. "
+                "frame.columns = [...]."
+            )
 
 
 def _check_table_spec(
@@ -325,11 +387,30 @@ def _check_join(
     _check_columns(Rk, rk, "key columns", label)
     features, forced = _as_list(j.features), _as_list(j.categorical)
     _check_table_spec(R, features, forced, j.impute, label, "impute")
+    if j.validate is not None and j.validate not in VALIDATE:
+        raise ValueError(
+            f"join {label!r}: validate must be one of {list(VALIDATE)}, got "
+            f"{j.validate!r}."
+        )
     for a, b in zip(lk, rk):
         left_col = L[a] if kind_of is None else kind_of(left_name, a)
         ka, kb = key_kind(left_col), key_kind(Rk[b])
-        if "any" not in (ka, kb) and ka != kb:
+        if not kinds_match(ka, kb):
             raise TypeError(_dtype_mismatch(label, left_name, a, left_col, Rk[b], b))
+        tz_a, tz_b = time_zone(left_col), time_zone(Rk[b])
+        if ka == kb == "datetime" and (tz_a is None) != (tz_b is None):
+            raise TypeError(
+                f"join {label!r}: key {left_name}.{a} ({left_col.dtype}) and "
+                f"{label}.{b} ({Rk[b].dtype}) are datetimes with and without a time "
+                "zone, which never compare equal (pandas.merge refuses them too): "
+                "give both the same zone, e.g. frame[col].dt.tz_localize('UTC') on "
+                "the naive one."
+            )
+        lossy = int_float_precision(
+            left_col, Rk[b], (f"{left_name}.{a}", f"{label}.{b}")
+        )
+        if lossy is not None:
+            warnings.warn(f"join {label!r}: {lossy}", JoinMatchWarning, stacklevel=5)
     return label, R, left_name, L, lk, rk, features, forced
 
 
@@ -388,9 +469,20 @@ def _join_all(
         left_codes, right_codes, n_codes = key_codes(L, lk, Rk, rk, j.nulls_equal)
         # Shifted by one so that missing keys (code -1) fall into bin 0.
         per_code = np.bincount(right_codes + 1, minlength=n_codes + 1)[1:]
+        rule = VALIDATE.get(j.validate) if j.validate is not None else None
+        if rule is not None:
+            _check_validate(
+                rule,
+                j.validate,
+                (left_name, L, lk, left_codes),
+                (label, Rk, rk, right_codes),
+                per_code,
+                n_codes,
+            )
         left_rows = idx[left_name]
         ordered = left_name in in_order
         valid = None if ordered else left_rows >= 0
+        repeats: tuple[np.ndarray, np.ndarray, int, str] | None = None
         if per_code.max(initial=0) <= 1:
             # The last entry is the sentinel that missing left keys read.
             row_of_code = np.full(n_codes + 1, -1, dtype=np.int64)
@@ -406,6 +498,8 @@ def _join_all(
             stats = _match_stats(
                 label, j, left_name, lk, rk, L, Rk, left_rows, valid, hit, left_codes
             )
+            # Each key occurs once in the table: its key column is its distinct keys.
+            stats["_right_unique"] = len(rk) == 1
             if j.how == "inner":
                 if not hit.all():
                     idx = {k: v[hit] for k, v in idx.items()}
@@ -441,6 +535,17 @@ def _join_all(
             old, p = _expand(counts, starts, keep_empty=j.how != "inner")
             pos = np.full(p.shape[0], -1, dtype=np.int64)
             pos[p >= 0] = right_rows[p[p >= 0]]
+            repeated = np.flatnonzero(counts > 1)
+            if repeated.size:
+                rows_l = repeated if ordered else left_rows[repeated]
+                stats["fan_out"] = float(counts.sum() / max(stats["matched"], 1))
+                stats["repeated_keys"] = _key_examples(L, lk, rows_l[:200])
+                n_keys = np.unique(left_codes[rows_l]).shape[0]
+                # Which relationship to suggest declaring: pandas' one_to_many
+                # needs unique keys on the left.
+                per_left = np.bincount(left_codes + 1, minlength=n_codes + 1)[1:]
+                declare = "one_to_many" if per_left.max() <= 1 else "many_to_many"
+                repeats = (counts, repeated, n_keys, declare)
             idx = {k: v[old] for k, v in idx.items()}
             in_order.clear()
         del left_codes, right_codes
@@ -454,12 +559,15 @@ def _join_all(
         idx[label] = pos.astype(np.int64, copy=False)
         tables[label] = R
         labels.append(label)
+        stats["rows_out"] = int(pos.shape[0])
         report.append(stats)
         _check_match(
             stats,
             j.min_match if j.min_match is not None else min_match,
             expected[i] if expected else None,
         )
+        if repeats is not None and rule not in ("one_to_many", "many_to_many"):
+            _warn_fan_out(stats, left_name, *repeats)
         if pos.shape[0] == 0 and n_rows > 0 and emptied_by is None:
             emptied_by = f"inner join {label!r} matched no row of {left_name!r}"
         n_rows = pos.shape[0]
@@ -470,6 +578,88 @@ def _join_all(
             "the key columns and their values, or use how='left'."
         )
     return _JoinResult(tables, idx, in_order, report, labels)
+
+
+def _key_examples(frame: pd.DataFrame, cols: list[Any], rows: np.ndarray) -> list:
+    """A few distinct key values (tuples for composite keys) of ``frame``'s rows."""
+    columns = [frame[c].iloc[rows].tolist() for c in cols]
+    # By their text: NaN differs from NaN, but one example of it is enough.
+    examples = {
+        repr(k): k for k in (v[0] if len(cols) == 1 else v for v in zip(*columns))
+    }
+    return list(examples.values())[:5]
+
+
+def _check_validate(
+    rule: str,
+    given: str,
+    left: tuple[str, pd.DataFrame, list[Any], np.ndarray],
+    right: tuple[str, pd.DataFrame, list[Any], np.ndarray],
+    per_code: np.ndarray,
+    n_codes: int,
+) -> None:
+    """Raise ``MergeError`` where ``Join(validate=...)``'s keys are not unique.
+
+    As ``pandas.merge(validate=...)``, on the two tables: the left table's own
+    rows (the base, or the ``via`` table) and ``table``'s. Missing keys (code -1)
+    match nothing and are not counted.
+    """
+    left_name, label = left[0], right[0]
+    sides = []
+    if rule in ("one_to_one", "one_to_many"):
+        per_left = np.bincount(left[3] + 1, minlength=n_codes + 1)[1:]
+        sides.append((*left, per_left, "many_to_one"))
+    if rule in ("one_to_one", "many_to_one"):
+        sides.append((*right, per_code, "one_to_many"))
+    for name, frame, cols, codes, per, other in sides:
+        if per.max(initial=0) <= 1:
+            continue
+        dup = per > 1
+        # -1 (a missing key) reads the appended False.
+        rows = np.flatnonzero(np.append(dup, False)[codes])
+        examples = _key_examples(frame, cols, rows[:200])
+        cols_text = cols[0] if len(cols) == 1 else cols
+        side = "left" if name == left_name else "right"
+        raise pd.errors.MergeError(
+            f"join {label!r}: validate={given!r} needs unique keys in table "
+            f"{name!r} (the {side} side), but {_keys_occur(int(dup.sum()))} more "
+            f"than once there, e.g. {examples}: deduplicate it (e.g. "
+            f"frame.drop_duplicates(subset={cols_text!r})), or declare the "
+            f"relationship it has (validate={other!r} or 'many_to_many')."
+        )
+
+
+def _keys_occur(n: int) -> str:
+    return f"{n:,} key occurs" if n == 1 else f"{n:,} keys occur"
+
+
+def _rows(n: int) -> str:
+    return f"{n:,} row" if n == 1 else f"{n:,} rows"
+
+
+def _warn_fan_out(
+    stats: dict[str, Any],
+    left_name: str,
+    counts: np.ndarray,
+    repeated: np.ndarray,
+    n_keys: int,
+    declare: str,
+) -> None:
+    label = stats["join"]
+    added = int(counts[repeated].sum()) - repeated.shape[0]
+    warnings.warn(
+        f"join {label!r} ({stats['how']}, {stats['on']}) repeats rows: "
+        f"{_keys_occur(n_keys)} more than once in table {label!r} (e.g. "
+        f"{stats['repeated_keys']}), so {_rows(repeated.shape[0])} match several of "
+        f"its rows and the join adds {_rows(added)} "
+        f"({counts.shape[0]:,} rows in, {stats['rows_out']:,} out). If each "
+        f"{left_name} row should take one row of it, deduplicate the table "
+        "(validate='many_to_one' makes this an error); if the repeats are intended, "
+        f"declare them with validate={declare!r}. A target or weights per base "
+        "row follow the dataset's rows with ds.align(y).",
+        JoinFanOutWarning,
+        stacklevel=5,
+    )
 
 
 def _match_stats(
@@ -502,6 +692,9 @@ def _match_stats(
         "null_keys": 0,
         "unmatched_keys": [],
         "hazards": [],
+        "rows_out": rows,
+        "fan_out": 1.0,
+        "repeated_keys": [],
     }
     if matched < rows:
         miss = ~hit if valid is None else valid & ~hit
@@ -510,11 +703,28 @@ def _match_stats(
         null = left_codes[left] < 0
         stats["null_keys"] = int(null.sum())
         left = left[~null]
-        columns = [L[a].iloc[left[:200]].tolist() for a in lk]
-        examples = dict.fromkeys(v[0] if len(lk) == 1 else v for v in zip(*columns))
-        stats["unmatched_keys"] = list(examples)[:5]
-        # Kept for the hazard check, which runs only when the rate is too low.
-        stats["_hazard_args"] = (L, lk, Rk, rk, left, (left_name, label))
+        # The examples and one row per unmatched key for the hazard checks
+        # (_check_match), taken from the key columns at once (a take from an
+        # Arrow column costs about a millisecond, however few rows).
+        head = left[:200]
+        sample = (
+            hazard_rows(left, left_codes)
+            if hazards_possible(L, lk, Rk, rk)
+            else left[:0]
+        )
+        # Positions on both axes: L[lk] would copy whole key columns first.
+        picked = L.iloc[np.concatenate([head, sample]), L.columns.get_indexer(lk)]
+        stats["unmatched_keys"] = _key_examples(picked, lk, np.arange(head.shape[0]))
+        if left.size:
+            stats["_hazard_args"] = (
+                picked.iloc[head.shape[0] :],
+                lk,
+                Rk,
+                rk,
+                np.arange(sample.shape[0]),
+                (left_name, label),
+            )
+            stats["_row_number"] = (j.row_number, L[lk[0]])
     return stats
 
 
@@ -540,18 +750,36 @@ def _plausible(matched: int, rows: int, expected: float) -> bool:
 def _check_match(
     stats: dict[str, Any], min_match: float, expected: float | None = None
 ) -> None:
-    """Warn when a join matched fewer rows than ``min_match``; fail at none.
+    """Warn when a join matched fewer rows than ``min_match`` (fail at none), or
+    when a known key mistake explains some unmatched keys.
 
     ``expected`` is the join's match rate in training (building with a schema):
-    then only a rate that is also implausibly low for it is flagged.
+    then only a rate that is also implausibly low for it is flagged. The hazard
+    checks look at a bounded sample of the unmatched keys, whatever the rate.
     """
     args = stats.pop("_hazard_args", None)
-    if stats["rows"] == 0 or stats["fraction"] >= min_match or min_match == 0:
+    row_number, left_keys = stats.pop("_row_number", (None, None))
+    right_unique = stats.pop("_right_unique", False)
+    if stats["rows"] == 0:
         return
-    if expected is not None and _plausible(stats["matched"], stats["rows"], expected):
-        return
+    low = min_match > 0 and stats["fraction"] < min_match
+    if low and expected is not None:
+        low = not _plausible(stats["matched"], stats["rows"], expected)
     if args is not None:
-        stats["hazards"] = key_hazards(*args)
+        _, lk, Rk, rk, _, (left_name, label) = args
+        # A key column that never matches is a hazard only when most rows miss:
+        # otherwise its unmatched values are just absent from the table.
+        stats["hazards"] = key_hazards(
+            *args, partial=not low, right_unique=right_unique
+        )
+        # Keys that span 1..len(table) hint at row numbers only when they barely
+        # match: a key join that mostly matches has keys of its own.
+        if len(lk) == 1 and (row_number is not None or low):
+            stats["hazards"] += row_number_hints(
+                left_keys, len(Rk), row_number, f"{left_name}.{lk[0]}", label
+            )
+    if not low and not stats["hazards"]:
+        return
     frac = format_fraction(stats["fraction"])
     trained = (
         "" if expected is None else f", against {format_fraction(expected)} in training"
@@ -569,7 +797,20 @@ def _check_match(
         )
     msg = "; ".join(parts) + "."
     if stats["hazards"]:
-        msg += " " + " ".join(stats["hazards"])
+        msg += " " + " ".join(h[:1].upper() + h[1:] for h in stats["hazards"])
+    if not low:
+        lost = (
+            "Unmatched rows are dropped (inner join)"
+            if stats["how"] == "inner"
+            else "Unmatched rows take zeros for this table's features"
+        )
+        warnings.warn(
+            msg + f" {lost}: fix the keys (the rate is above min_match, so this is "
+            "only a warning).",
+            JoinMatchWarning,
+            stacklevel=5,
+        )
+        return
     if stats["matched"] == 0:
         raise ValueError(
             msg + " No row matched: the keys are probably wrong. If this is "
@@ -640,7 +881,8 @@ def from_frames(
         A join whose matched fraction of rows is below this warns
         (:class:`JoinMatchWarning`, with unmatched keys and likely key mistakes);
         a join that matches no row raises a ``ValueError``. ``min_match=0`` allows
-        any rate. ``Join(min_match=...)`` overrides it per join.
+        any rate. ``Join(min_match=...)`` overrides it per join. At any rate, a
+        known key mistake that explains unmatched keys warns.
     target : str, optional
         A column of the base table to return in dataset order (see Returns).
     schema : DatasetSchema, optional
@@ -671,7 +913,8 @@ def from_frames(
     -----
     Many-to-one joins keep the base table's row order; inner joins drop unmatched
     rows in order; one-to-many joins repeat a target row once per match, matches in
-    the joined table's order; outer joins append the joined table's unmatched rows at
+    the joined table's order (with a :class:`JoinFanOutWarning` unless the join
+    declares ``validate="one_to_many"`` or ``"many_to_many"``); outer joins append the joined table's unmatched rows at
     the end (pandas sorts outer-join keys instead; compare as sets). Missing keys
     (NaN, None, NaT) match nothing, as in SQL, unless ``Join(nulls_equal=True)``
     (pandas.merge's rule); a target row that a ``via`` table did not match matches
@@ -745,11 +988,13 @@ def build(
     target: str | None,
     handle_unknown: str,
     min_match: float,
+    checks: Sequence[Join] | None = None,
 ) -> Any:
     """Build a dataset from the frames of ``schema``'s tables (in join order).
 
     A schema without encodings fits them (a new dataset); one with encodings
-    applies them (new data encoded like the training data).
+    applies them (new data encoded like the training data). ``checks``: Joins
+    whose ``min_match`` and ``validate``, where set, replace the schema's.
     """
     from ilargi_sklearn.multisource._multi_source import MultiSourceDataset
 
@@ -779,6 +1024,12 @@ def build(
     if target is not None:
         _check_columns(base, [target], "target column", base_name)
     joins = [replace(j, table=t) for j, t in zip(schema.joins, tables)]
+    for i, c in enumerate(checks or ()):
+        joins[i] = replace(
+            joins[i],
+            min_match=joins[i].min_match if c.min_match is None else c.min_match,
+            validate=joins[i].validate if c.validate is None else c.validate,
+        )
     res = _join_all(base_name, base, joins, min_match, schema.match_rates, columns)
 
     specs: dict[str, tuple[list[str], list[str], Impute, bool, str]] = {
@@ -903,7 +1154,7 @@ def build(
             "schema from the training frames."
         )
     src_prio = sorted(range(len(source_names)), key=lambda k: prio_idx[source_names[k]])
-    ds = MultiSourceDataset.from_matrices(
+    ds = MultiSourceDataset._from_matrices(
         sources,
         indicators,
         mappings,
@@ -911,6 +1162,8 @@ def build(
         source_names=source_names,
         priority=src_prio,
         dtype=dtype,
+        copy_indicators=False,  # the index vectors are the builder's own
+        allow_nan=any(spec[2] == "missing" for spec in specs.values()),
     )
     if not fitted:
         schema = replace(

@@ -28,9 +28,9 @@ __all__ = [
     "is_categorical",
 ]
 
-Impute = Literal["zero", "mean", "median", "joined_mean"] | float | None
+Impute = Literal["zero", "mean", "median", "joined_mean", "missing"] | float | None
 HandleUnknown = Literal["warn", "ignore", "error"]
-IMPUTE_NAMES = ("zero", "mean", "median", "joined_mean")
+IMPUTE_NAMES = ("zero", "mean", "median", "joined_mean", "missing")
 HANDLE_UNKNOWN = ("warn", "ignore", "error")
 
 #: Values from which a table's float features are copied as one block
@@ -55,11 +55,12 @@ class ColumnEncoding:
         A float column, or one 0/1 column per category.
     categories : tuple
         The categories of a one-hot column, in the order of its columns.
-    impute : {"zero", "mean", "median", "joined_mean"}, float or None
+    impute : {"zero", "mean", "median", "joined_mean", "missing"}, float or None
         The imputation asked for (None: a missing value is an error).
     fill : float or None
-        The value that replaces a missing number (None without imputation). A
-        missing category is an all-zero row when ``impute`` is set.
+        The value that replaces a missing number (None without imputation, and
+        for ``"missing"``, which keeps NaN). A missing category is an all-zero
+        row when ``impute`` is set.
     dtype : str
         The column's dtype in the training frame (to explain a mismatch).
     """
@@ -138,7 +139,7 @@ def check_impute(impute: Any, label: str, arg: str) -> None:
     if not valid:
         raise ValueError(
             f"{arg} of table {label!r} must be None, 'zero', 'mean', 'median', "
-            f"'joined_mean' or a finite number, got {impute!r}."
+            f"'joined_mean', 'missing' or a finite number, got {impute!r}."
         )
 
 
@@ -188,7 +189,12 @@ def derive_encoding(
             codes_of[col] = codes
         else:
             _check_numeric(s, label, col)
-            fill = None if impute is None else _fill_value(s, impute, counts)
+            # "missing" keeps NaN (for estimators that route missing values).
+            fill = (
+                None
+                if impute is None or impute == "missing"
+                else _fill_value(s, impute, counts)
+            )
             columns.append(
                 ColumnEncoding(col, "numeric", (), impute, fill, str(s.dtype))
             )
@@ -229,6 +235,13 @@ def _sorted_order(levels: pd.Index) -> np.ndarray:
 
 
 def _check_numeric(s: pd.Series, label: str, col: str) -> None:
+    if pd.api.types.is_complex_dtype(s.dtype):
+        raise ValueError(
+            f"Complex data not supported: source {label!r}, column {col!r} has "
+            f"complex dtype {s.dtype}; datasets, "
+            "as scikit-learn's estimators, take real values only. Pass the real "
+            "part, or the real and imaginary parts as two columns."
+        )
     if not (
         pd.api.types.is_numeric_dtype(s.dtype) or pd.api.types.is_bool_dtype(s.dtype)
     ):
@@ -277,10 +290,32 @@ def _float_block(
     ):
         return None
     values = frame[list(features)].to_numpy()
-    if not np.isfinite(values).all():
+    if not np.isfinite(values).all() or _overflows(values, dtype):
         return None
     # A copy in every case: the result never shares memory with the frame.
     return np.array(values, dtype=dtype, order="C")
+
+
+def _overflows(values: np.ndarray, dtype: np.dtype) -> bool:
+    """Whether casting the finite ``values`` to ``dtype`` overflows to infinity."""
+    dtype = np.dtype(dtype)
+    if values.dtype.itemsize <= dtype.itemsize or not values.size:
+        return False
+    return bool(np.nanmax(np.abs(values)) > np.finfo(dtype).max)
+
+
+def _check_range(v: np.ndarray, dtype: np.dtype, label: str, col: str) -> None:
+    """Refuse values of a numeric column beyond ``dtype``'s range: cast, they
+    would be infinite, which is no missing value to impute."""
+    if _overflows(v, dtype):
+        top = float(np.finfo(dtype).max)
+        largest = float(np.nanmax(np.abs(v)))
+        raise ValueError(
+            f"source {label!r}, column {col!r} has values up to {largest:.3g}, "
+            f"beyond the range of {np.dtype(dtype).name} ({top:.3g}): they would "
+            "overflow to infinity. Build the dataset with dtype=np.float64, or "
+            "rescale the column."
+        )
 
 
 def encode_table(
@@ -369,6 +404,7 @@ def encode_table(
             continue
         _check_numeric(s, enc.name, c.column)
         v = _numeric_values(s, c, enc.name, used, impute_hint)
+        _check_range(v, dtype, enc.name, c.column)
         if direct is not None:
             direct[:, j] = v
         else:
@@ -436,6 +472,9 @@ def _numeric_values(
         raise ValueError(
             f"source {label!r}, column {c.column!r} contains infinite values."
         )
+    if c.impute == "missing":
+        # NaN stays: the dataset holds missing values (``allows_nan``).
+        return v
     if bad_used.any() and c.fill is None:
         raise ValueError(
             f"source {label!r}, column {c.column!r} has {int(bad_used.sum())} NaN "

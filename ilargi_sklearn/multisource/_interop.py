@@ -139,7 +139,9 @@ def as_pandas(
         ``frame`` itself for a pandas DataFrame without ``columns`` (no copy);
         otherwise a new frame with a default index. Numeric Arrow columns without
         missing values and in one chunk arrive without a copy, as read-only arrays.
-        Integers with missing values become floats with NaN; booleans with missing
+        Integers with missing values become floats with NaN (pandas' nullable
+        integers where a value reaches 2**53, beyond which floats are not exact);
+        booleans with missing
         values pandas' ``"boolean"`` dtype; strings pandas' default string dtype;
         dictionary-encoded columns (polars Categorical and Enum) pandas
         Categoricals, with the dictionary's categories and order; dates and
@@ -273,7 +275,7 @@ def _arrow_to_pandas(table: Any) -> pd.DataFrame:
     """Convert a pyarrow Table with the dtypes that :func:`as_pandas` documents."""
     import pyarrow as pa
 
-    nullable_bools = []
+    nullable_bools, exact_ints = [], []
     for i, field in enumerate(table.schema):
         if pa.types.is_decimal(field.type):
             exact = _decimal_as_int(field.type.precision, field.type.scale)
@@ -283,6 +285,9 @@ def _arrow_to_pandas(table: Any) -> pd.DataFrame:
             )
         elif pa.types.is_boolean(field.type) and table.column(i).null_count:
             nullable_bools.append(field.name)
+        elif pa.types.is_integer(field.type) and table.column(i).null_count:
+            if not _exact_as_float(table.column(i)):
+                exact_ints.append(i)
     # split_blocks: one block per column, so that a numeric column without missing
     # values in one chunk is a view of the Arrow buffer instead of a copy into a
     # consolidated 2-D block. date_as_object=False: dates as datetime64, which the
@@ -293,7 +298,28 @@ def _arrow_to_pandas(table: Any) -> pd.DataFrame:
     )
     for name in nullable_bools:
         frame[name] = frame[name].astype("boolean")
+    for i in exact_ints:
+        # As floats, integers beyond 2**53 would merge with their neighbours (keys
+        # such as 64-bit ids): pandas' nullable integers keep them exact.
+        field = table.schema.field(i)
+        bits = field.type.bit_width
+        unsigned = pa.types.is_unsigned_integer(field.type)
+        nullable = pd.api.types.pandas_dtype(f"{'U' if unsigned else ''}Int{bits}")
+        frame.isetitem(
+            i, table.column(i).to_pandas(types_mapper={field.type: nullable}.get)
+        )
     return frame
+
+
+def _exact_as_float(column: Any) -> bool:
+    """Whether an Arrow integer column's values are below 2**53 in magnitude:
+    exact as float64, and never equal to the float of an integer beyond it (which
+    rounds to 2**53 or more), so that keys of both kinds compare exactly."""
+    import pyarrow.compute as pc
+
+    bounds = pc.min_max(column)
+    lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+    return lo is None or max(abs(lo), abs(hi)) < 2**53
 
 
 def _from_polars(frame: Any, what: str, columns: list[str] | None) -> pd.DataFrame:
@@ -348,6 +374,10 @@ def _polars_column(s: Any) -> Any:
     if dt == pl.Boolean and s.null_count():
         return pd.array(s.to_numpy(), dtype="boolean")
     if dt.is_integer() and s.null_count():
+        if max(abs(s.min()), abs(s.max())) >= 2**53:
+            # As _arrow_to_pandas: exact beyond float64's integers.
+            nullable = "UInt64" if dt.is_unsigned_integer() else "Int64"
+            return pd.array(s.to_list(), dtype=nullable)
         # polars gives float32 for small integers with nulls; Arrow float64.
         return s.cast(pl.Float64).to_numpy()
     if dt == pl.Date:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,6 +82,19 @@ class DatasetDescription:
     __repr__ = __str__
 
 
+#: Root operators that hold copies of their dataset on other devices (weakly).
+_DEVICE_COPY_HOLDERS: weakref.WeakSet = weakref.WeakSet()
+
+
+def drop_device_copies() -> None:
+    """Forget the cached device copies of every root dataset
+    (``ilargi_sklearn.clear_caches``): the next :meth:`~MultiSourceDataset.to_device`
+    copies the sources as they are then. Datasets already moved keep their data."""
+    for op in list(_DEVICE_COPY_HOLDERS):
+        op.__dict__.pop("_device_copies", None)
+    _DEVICE_COPY_HOLDERS.clear()
+
+
 class MultiSourceDataset:
     """Several source tables plus the data-integration metadata that joins them.
 
@@ -126,8 +140,13 @@ class MultiSourceDataset:
         *,
         base_source: int | None = None,
         categories: dict[str, list[Any]] | None = None,
+        allows_nan: bool = False,
     ) -> None:
         self._op = operator
+        # Built with NaN kept as missing values (``allow_nan=True``): only the
+        # estimators that route missing values take it (``validate_X``).
+        self._allows_nan = bool(allows_nan)
+        self._has_nan: str | bool | None = None
         self._feature_names = np.asarray(list(feature_names), dtype=object)
         if self._feature_names.shape[0] != operator.n_cols:
             raise ValueError(
@@ -167,6 +186,7 @@ class MultiSourceDataset:
         source_names: Sequence[str] | None = None,
         priority: Sequence[int] | None = None,
         dtype: Any = np.float64,
+        allow_nan: bool = False,
     ) -> MultiSourceDataset:
         """Build a dataset from source matrices, indicators and mappings.
 
@@ -190,12 +210,53 @@ class MultiSourceDataset:
             the order of the sources (DESIGN.md 2.1).
         dtype : {np.float64, np.float32}, default=np.float64
             Dtype of the sources and of every operator result.
+        allow_nan : bool, default=False
+            Keep NaN in the sources as missing values (infinite values still
+            raise). Such a dataset is taken by the estimators that route missing
+            values (the gradient-boosted trees); the others raise a
+            ``ValueError`` on it, and its products propagate NaN.
 
         Returns
         -------
         MultiSourceDataset
+
+        Notes
+        -----
+        Index vectors are checked (integers in ``[-1, r_k)``, one per target row)
+        and copied: the dataset owns its copies, so that a later write to the
+        caller's arrays never changes it (and no kernel reads outside a source).
         """
+        return cls._from_matrices(
+            sources,
+            indicators,
+            mappings,
+            feature_names,
+            source_names=source_names,
+            priority=priority,
+            dtype=dtype,
+            copy_indicators=True,
+            allow_nan=allow_nan,
+        )
+
+    @classmethod
+    def _from_matrices(
+        cls,
+        sources: Sequence[Any],
+        indicators: Sequence[Any],
+        mappings: Sequence[Any] | None = None,
+        feature_names: Sequence[str] | None = None,
+        *,
+        source_names: Sequence[str] | None = None,
+        priority: Sequence[int] | None = None,
+        dtype: Any = np.float64,
+        copy_indicators: bool,
+        allow_nan: bool = False,
+    ) -> MultiSourceDataset:
+        """:meth:`from_matrices`; ``copy_indicators=False`` takes index vectors
+        that nobody else holds (the builder's) without copying them."""
         if any(type(S).__module__.split(".")[0] == "dask" for S in sources):
+            if allow_nan:
+                raise TypeError("allow_nan=True is not supported for Dask sources.")
             return _dask_from_matrices(
                 sources,
                 indicators,
@@ -224,7 +285,12 @@ class MultiSourceDataset:
             else:
                 if not (isinstance(ind, np.ndarray) or sp.issparse(ind)):
                     ind = to_numpy(ind) if hasattr(ind, "shape") else ind
-                idxs.append(indicator_to_index(ind, checked[k].shape[0], names[k]))
+                idx = indicator_to_index(ind, checked[k].shape[0], names[k])
+                if copy_indicators and not sp.issparse(ind):
+                    # The caller keeps its array (or the memory of its Series): a
+                    # later write to it must not reach the dataset.
+                    idx = idx.copy()
+                idxs.append(idx)
         lengths = {
             (checked[k].shape[0] if idx is None else idx.shape[0])
             for k, idx in enumerate(idxs)
@@ -290,6 +356,7 @@ class MultiSourceDataset:
                     feature_names[c] if c >= 0 else f"unused column {j}"
                     for j, c in enumerate(cm)
                 ],
+                allow_nan=allow_nan,
             )
         op = build_factorized(checked, rowmaps, colmaps, n_cols, dtype, priority)
         if on_device:
@@ -302,7 +369,7 @@ class MultiSourceDataset:
                 terms.append(Term(t.S, moved[id(t.rows)], t.cols, t.source))
             op = FactorizedMatrix(terms, op.n_rows, op.n_cols, dtype)
         base = next((k for k, idx in enumerate(idxs) if idx is None), None)
-        return cls(op, feature_names, names, base_source=base)
+        return cls(op, feature_names, names, base_source=base, allows_nan=allow_nan)
 
     @classmethod
     def from_frames(
@@ -373,7 +440,13 @@ class MultiSourceDataset:
             row_off += len(d)
             src_off += d.n_sources
         op = FactorizedMatrix(terms, n_rows, first.shape[1], first.dtype)
-        out = cls(op, first.feature_names, names, categories=first.categories_)
+        out = cls(
+            op,
+            first.feature_names,
+            names,
+            categories=first.categories_,
+            allows_nan=any(d.allows_nan for d in datasets),
+        )
         out.schema_ = (
             first.schema_ if all(d.schema_ == first.schema_ for d in datasets) else None
         )
@@ -404,6 +477,31 @@ class MultiSourceDataset:
     def feature_names(self) -> np.ndarray:
         """Names of the target columns, ``"{source}__{column}"``."""
         return self._feature_names.copy()
+
+    @property
+    def allows_nan(self) -> bool:
+        """Whether the dataset was built keeping NaN as missing values
+        (``from_matrices(allow_nan=True)``, ``Join(impute="missing")``)."""
+        return getattr(self, "_allows_nan", False)
+
+    def nan_source(self) -> str | None:
+        """The name of a source holding NaN (None when none does).
+
+        Only a dataset that :attr:`allows_nan` can hold NaN; the answer is
+        computed once (the sources are never modified).
+        """
+        if not self.allows_nan:
+            return None
+        if getattr(self, "_has_nan", None) is None:
+            found: str | bool = False
+            for t in self._factorized().terms:
+                S = to_numpy(t.S)
+                vals = S.data if sp.issparse(S) else S
+                if np.isnan(vals).any():
+                    found = self._source_names[t.source]
+                    break
+            self._has_nan = found
+        return self._has_nan or None
 
     @property
     def source_names(self) -> list[str]:
@@ -545,6 +643,7 @@ class MultiSourceDataset:
         if copies is None:
             copies = {}
             root_op._device_copies = copies
+            _DEVICE_COPY_HOLDERS.add(root_op)
         root = copies.get(key)
         if root is None:
             root = self._like(root_op.to_namespace(xp, dev), root=True)
@@ -574,6 +673,7 @@ class MultiSourceDataset:
             self._source_names,
             base_source=self._base_source,
             categories=self.categories_,
+            allows_nan=self._allows_nan,
         )
         out.schema_ = self.schema_
         out._match_report = self._match_report
@@ -596,9 +696,12 @@ class MultiSourceDataset:
         Columns: ``how``, ``on`` (the key equation), ``rows`` (rows the join was
         applied to: those its left table matched), ``matched``, ``fraction``,
         ``null_keys`` (rows whose key is missing: they match nothing),
-        ``unmatched_keys`` (a few key values that found no partner) and
-        ``hazards`` (likely key mistakes, looked for when the fraction is below
-        ``min_match``). None for datasets built from matrices.
+        ``unmatched_keys`` (a few key values that found no partner), ``hazards``
+        (likely key mistakes, looked for whenever a key is unmatched),
+        ``rows_out`` (rows after the join), ``fan_out`` (rows of the table per
+        matched row: 1 for a lookup, more where keys repeat in the table) and
+        ``repeated_keys`` (a few keys that matched several rows). None for
+        datasets built from matrices.
         """
         if self._match_report is None:
             return None
@@ -611,6 +714,9 @@ class MultiSourceDataset:
             "null_keys",
             "unmatched_keys",
             "hazards",
+            "rows_out",
+            "fan_out",
+            "repeated_keys",
         ]
         frame = pd.DataFrame(self._match_report, columns=["join", *columns])
         return frame.set_index("join")
@@ -667,7 +773,10 @@ class MultiSourceDataset:
         >>> base = pd.DataFrame({"k": [1, 2, 3], "y": [10.0, 20.0, 30.0]})
         >>> dim = pd.DataFrame({"k": [1, 3, 3], "z": [0.5, 1.5, 2.5]})
         >>> ds = MultiSourceDataset.from_frames(
-        ...     base, joins=[Join(dim, on="k", features=["z"], how="inner")]
+        ...     base,
+        ...     joins=[
+        ...         Join(dim, on="k", features=["z"], how="inner", validate="1:m")
+        ...     ],
         ... )
         >>> ds.base_rows_
         array([0, 2, 2])

@@ -28,6 +28,7 @@ cross tables of the gram and the bincount of a SciPy sparse right-hand side.
 
 from __future__ import annotations
 
+import types
 import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -67,6 +68,7 @@ from ilargi_sklearn._backend._ops import (
     row_blocks,
     row_nnz,
     row_sums,
+    select_columns,
     select_rows,
     square,
     to_dense,
@@ -92,8 +94,11 @@ __all__ = [
     "FusedLayout",
     "MatrixOperator",
     "Operator",
+    "ShiftedMatrix",
     "Term",
     "fused_layout",
+    "sample_columns",
+    "shift_columns",
 ]
 
 Format = Literal["auto", "dense", "sparse"]
@@ -197,6 +202,21 @@ class Operator(ABC):
     shape: tuple[int, int]
     dtype: np.dtype
     prefers_products: bool = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The copies of a root dataset on other devices
+        # (``MultiSourceDataset.to_device``) are a cache, made again on demand.
+        state = dict(self.__dict__)
+        state.pop("_device_copies", None)
+        if any(isinstance(v, types.ModuleType) for v in state.values()):
+            # A device operator holds its namespace (a module, which does not
+            # pickle) and device arrays: say so, instead of pickle's message.
+            raise TypeError(
+                f"a dataset on device {self.device!r} cannot be pickled (its "
+                f"{type(self).__name__} holds device arrays): move it to the host "
+                "first (ds.to_device('cpu'))."
+            )
+        return state
 
     @abstractmethod
     def matmul(self, X: np.ndarray) -> np.ndarray:
@@ -477,7 +497,7 @@ class FactorizedMatrix(Operator):
         # The fused-kernel layout is a cache (rebuilt on demand), not state; the
         # origins are weak references (not picklable): an unpickled slice is its
         # own root for the caches.
-        state = dict(self.__dict__)
+        state = super().__getstate__()
         state.pop("_fused_layout", None)
         state.pop("_product_plan", None)
         state["_origins"] = None
@@ -675,6 +695,7 @@ class FactorizedMatrix(Operator):
         plan = self.__dict__.get("_product_plan", False)
         if plan is False:
             plan = self.__dict__["_product_plan"] = _product_plan(self)
+            _LAYOUT_HOLDERS.add(self)
         return plan
 
     def _sparse_rmatmul(self, Y: Any) -> np.ndarray:
@@ -1137,6 +1158,321 @@ class AffineOperator(Operator):
         return AffineOperator(self.base.astype(dtype), self.scale, self.offset)
 
 
+# ------------------------------------------------------- columns shifted by a pilot
+def _as_factorized(op: Operator) -> FactorizedMatrix:
+    """``op`` (a factorized matrix, or a dense matrix as one identity term)."""
+    if isinstance(op, FactorizedMatrix):
+        return op
+    if not isinstance(op, MatrixOperator) or op.is_sparse:
+        raise TypeError(
+            "columns can be shifted in a FactorizedMatrix or a dense MatrixOperator, "
+            f"got {type(op).__name__}."
+        )
+    n, d = op.shape
+    rows = RowMap(None, n).to_namespace(op.xp, op.device)
+    return FactorizedMatrix([Term(op.A, rows, np.arange(d), 0)], n, d, op.dtype)
+
+
+def sample_columns(
+    op: Operator, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The values of ``op``'s columns on the target rows ``rows``.
+
+    Reads only the sampled rows of each source (a gather of ``len(rows)`` rows per
+    term), never the whole matrix: the pilots of :func:`shift_columns` are chosen
+    from them.
+
+    Parameters
+    ----------
+    op : FactorizedMatrix or MatrixOperator
+    rows : ndarray of int of shape (m,)
+        Host positions of target rows.
+
+    Returns
+    -------
+    dense : ndarray of int of shape (k,)
+        The columns that no sparse source places: the ones that can be shifted
+        without densifying a source.
+    values : ndarray of shape (m, k), float64, Fortran-ordered, on the host
+        ``T[rows, dense]`` (zeros where a left join did not match).
+    moments : ndarray of shape (2, n_cols)
+        Mean and variance of the sampled values of the other columns (sparse
+        sources stay sparse: no dense sample of a wide one-hot source), zeros on
+        the dense ones.
+    """
+    m, d = int(rows.shape[0]), op.n_cols
+    moments = np.zeros((2, d))
+    none = np.zeros(0, dtype=np.int64)
+    if isinstance(op, MatrixOperator):
+        sample = select_rows(op.A, as_index(rows, op._xp, op.device))
+        if op.is_sparse:
+            moments[:] = _sparse_moments(sample, m)
+            return none, np.zeros((m, 0), order="F"), moments
+        return np.arange(d), np.asfortranarray(to_numpy(sample), np.float64), moments
+    if not isinstance(op, FactorizedMatrix):
+        return none, np.zeros((m, 0), order="F"), moments
+    sparse = np.zeros(d, dtype=bool)
+    placed = np.zeros(d, dtype=bool)
+    for t in op.terms:
+        (sparse if t.is_sparse else placed)[t.cols] = True
+    dense = np.flatnonzero(placed & ~sparse)
+    # Column-major: each term's columns are written, and each column is then
+    # reduced, contiguously.
+    values = np.zeros((m, dense.size), order="F")
+    position = np.full(d, -1, dtype=np.int64)
+    position[dense] = np.arange(dense.size)
+    for t in op.terms:
+        if t.is_sparse:
+            moments[:, t.cols] += _sparse_moments(t.rows.take(rows).gather(t.S), m)
+            continue
+        pos = position[t.cols]
+        keep = pos >= 0  # a column a sparse source also places is not shifted
+        if not keep.any():
+            continue
+        sample = to_numpy(t.rows.take(rows).gather(t.S))
+        # Every cell has one owner: adding places each owner's rows.
+        values[:, pos[keep]] += sample[:, keep]
+    moments[:, dense] = 0.0
+    return dense, values, moments
+
+
+def _sparse_moments(Z: Any, m: int) -> np.ndarray:
+    """Column means and variances of a sparse sample of ``m`` rows (two passes
+    over the stored values: the variance does not cancel), host."""
+    Z = to_numpy(Z)
+    Z = sp.csc_matrix(Z) if sp.issparse(Z) else sp.csc_matrix(np.asarray(Z))
+    m = max(m, 1)
+    mean = np.asarray(Z.sum(axis=0), dtype=np.float64).ravel() / m
+    counts = np.diff(Z.indptr)
+    dev = Z.data - np.repeat(mean, counts)
+    stored = np.bincount(
+        np.repeat(np.arange(Z.shape[1]), counts),
+        weights=dev * dev,
+        minlength=Z.shape[1],
+    )
+    var = (stored + (m - counts) * mean * mean) / m
+    return np.stack([mean, var])
+
+
+def _unmatched_rows(maps: list[RowMap], n_rows: int) -> RowMap | None:
+    """A row map onto one source row for the target rows that none of ``maps``
+    matches (None when every row is matched by one of them)."""
+    if any(rm.is_identity or not rm.has_missing for rm in maps):
+        return None
+    xp = maps[0].xp
+    unmatched = None
+    for rm in maps:
+        u = rm.idx < 0
+        unmatched = u if unmatched is None else xp.logical_and(unmatched, u)
+    if not bool(xp.any(unmatched)):
+        return None
+    if maps[0]._xp is None:
+        return RowMap(np.where(unmatched, 0, -1), 1)
+    dev = maps[0].device
+    idx = xp.where(
+        unmatched,
+        xp.zeros(n_rows, dtype=xp.int32, device=dev),
+        xp.full(n_rows, -1, dtype=xp.int32, device=dev),
+    )
+    return RowMap._device_copy(idx, 1, n_rows, xp, dev, True)
+
+
+def shift_columns(op: Operator, cols: np.ndarray, values: np.ndarray) -> ShiftedMatrix:
+    """``T - 1 c^T`` with ``c = values`` on columns ``cols`` (zero elsewhere), as an
+    operator whose stored values are the shifted ones.
+
+    The raw sums of a column whose mean is large against its spread cancel when
+    they are centered (``sum x^2 - n mean^2`` keeps ``eps (mean / spread)^2`` of
+    its relative accuracy); the sums of the shifted column do not. Per term ``I S
+    M^T`` that places a shifted column, the shifted values ``S[:, j] - c_j`` are a
+    new term on the same row map: a copy of those columns only where they are a
+    few columns of a large source (the source itself is not copied: its shifted
+    columns move to extra target columns that :class:`ShiftedMatrix` never
+    shows), else the shifted copy of the whole source replaces it (a dimension
+    table, or a source most of whose columns are shifted, see
+    :func:`_copy_whole`). Where a left join leaves a shifted column
+    unmatched, ``T`` is 0 and ``T - c`` is ``-c``: one more term, a one-row source
+    ``-c`` on the unmatched rows (per set of owning terms). The extra terms are
+    parameter-sized or copies of the shifted columns: sparse sources are never
+    shifted (their columns are not in ``cols``).
+
+    Parameters
+    ----------
+    op : FactorizedMatrix or MatrixOperator (dense)
+    cols : ndarray of int of shape (k,)
+        Target columns to shift (placed only by dense terms).
+    values : ndarray of shape (k,)
+        Their pilot values, exactly representable in ``op``'s dtype (a value of the
+        column, so that the shifted values are exact differences).
+
+    Returns
+    -------
+    ShiftedMatrix of shape op.shape
+    """
+    fm = _as_factorized(op)
+    n, d = fm.shape
+    cols = np.asarray(cols, dtype=np.int64)
+    pilot = np.zeros(d)
+    pilot[cols] = values
+    shifted = np.zeros(d, dtype=bool)
+    shifted[cols] = True
+    owners: dict[int, list[int]] = {}
+    terms: list[Term] = []
+    extra = d
+    for i, t in enumerate(fm.terms):
+        pos = np.flatnonzero(shifted[t.cols])
+        if pos.size == 0:
+            terms.append(t)
+            continue
+        if t.is_sparse:
+            raise ValueError(
+                f"columns {t.cols[pos].tolist()} are placed by a sparse source: "
+                "they cannot be shifted without densifying it."
+            )
+        for j in t.cols[pos]:
+            owners.setdefault(int(j), []).append(i)
+        if _copy_whole(t, pos.size, n):
+            # The whole source shifted (zero on its other columns): the terms
+            # keep their structure (no extra partner in the cross passes).
+            c = asarray_on(pilot[t.cols], fm._xp, fm.device, fm.dtype)
+            terms.append(Term(t.S - c, t.rows, t.cols, t.source))
+            continue
+        moved = np.array(t.cols, dtype=np.int64)
+        moved[pos] = np.arange(extra, extra + pos.size)
+        extra += pos.size
+        terms.append(Term(t.S, t.rows, moved, t.source))
+        c = asarray_on(pilot[t.cols[pos]], fm._xp, fm.device, fm.dtype)
+        sel = contiguous_index(pos)
+        # A slice is subtracted from in one pass (no gathered copy first).
+        part = t.S[:, sel] if isinstance(sel, slice) else select_columns(t.S, pos)
+        terms.append(Term(part - c, t.rows, t.cols[pos], t.source))
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for j, who in owners.items():
+        groups.setdefault(tuple(who), []).append(j)
+    for who, js in groups.items():
+        rows = _unmatched_rows([fm.terms[i].rows for i in who], n)
+        if rows is None:
+            continue
+        J = np.array(sorted(js), dtype=np.int64)
+        S = asarray_on(-pilot[J][None, :], fm._xp, fm.device, fm.dtype)
+        terms.append(Term(S, rows, J, fm.terms[who[0]].source))
+    return ShiftedMatrix(FactorizedMatrix(terms, n, extra, fm.dtype), d)
+
+
+def _copy_whole(t: Term, n_shifted: int, n_rows: int) -> bool:
+    """Whether to shift ``t``'s whole source rather than copy its shifted columns
+    into a term of their own: when they are at least half of it (the copy then
+    costs at most twice theirs), or when the source is no larger than two
+    target-length columns (a dimension table: the copy is small and the
+    factorized passes keep one partner per source)."""
+    r, k = t.S.shape
+    return 2 * n_shifted >= k or r * k <= 2 * n_rows
+
+
+class ShiftedMatrix(Operator):
+    """The first ``n_cols`` columns of a factorized matrix: ``T - 1 c^T`` as
+    :func:`shift_columns` builds it.
+
+    Its extra columns hold the unshifted values of the shifted columns (kept in
+    place in their sources rather than copied); products pad with zeros for them
+    and results leave them out. Every other method is the inner matrix's.
+
+    Parameters
+    ----------
+    inner : FactorizedMatrix of shape (n_rows, n_inner)
+    n_cols : int
+        Columns shown (the first ``n_cols`` of ``inner``).
+    """
+
+    def __init__(self, inner: FactorizedMatrix, n_cols: int) -> None:
+        self.inner = inner
+        self.shape = (inner.n_rows, int(n_cols))
+        self.dtype = inner.dtype
+
+    @property
+    def xp(self) -> Any:
+        return self.inner.xp
+
+    @property
+    def device(self) -> Any:
+        return self.inner.device
+
+    @property
+    def is_sparse(self) -> bool:
+        return self.inner.is_sparse
+
+    @property
+    def nbytes(self) -> int:
+        return self.inner.nbytes
+
+    def hold(self, A: Any) -> Any:
+        return self.inner.hold(A)
+
+    def _pad(self, X: Any) -> Any:
+        """``X`` (n_cols rows) with zero rows for the hidden columns."""
+        n_extra = self.inner.n_cols - self.n_cols
+        if n_extra == 0:
+            return X
+        X = as_array(X)
+        dtype = numpy_dtype(X.dtype)
+        pad = zeros(
+            (n_extra,) + tuple(X.shape[1:]),
+            dtype,
+            xp=self.inner._xp,
+            device=self.device,
+        )
+        if isinstance(X, np.ndarray):
+            return np.concatenate([X, pad])
+        return get_namespace(X).concat([X, pad], axis=0)
+
+    def _head(self, A: Any) -> Any:
+        return A[: self.n_cols, ...]
+
+    def to_namespace(self, xp: Any, device: Any = None) -> ShiftedMatrix:
+        inner = self.inner.to_namespace(xp, device)
+        return self if inner is self.inner else ShiftedMatrix(inner, self.n_cols)
+
+    def matmul(self, X: Any, out: Any = None) -> Any:
+        return self.inner.matmul(self._pad(X), out=out)
+
+    def rmatmul(self, Y: Any) -> Any:
+        return self._head(self.inner.rmatmul(Y))
+
+    def gram(self, weights: Any = None, format: Format = "auto") -> Any:
+        G = self.inner.gram(weights, format)
+        d = self.n_cols
+        if _any_sparse(G):
+            return as_csr(G[:d, :][:, :d])
+        return G[:d, :d]
+
+    def col_sums(self, weights: Any = None) -> Any:
+        return self._head(self.inner.col_sums(weights))
+
+    def col_sq_sums(self, weights: Any = None) -> Any:
+        return self._head(self.inner.col_sq_sums(weights))
+
+    def row_sq_norms(self, col_weights: Any = None) -> Any:
+        if col_weights is None:
+            xdt = namespace_dtype(self.xp, self.dtype)
+            col_weights = self.xp.ones(self.n_cols, dtype=xdt, device=self.device)
+        return self.inner.row_sq_norms(self._pad(col_weights))
+
+    def take_rows(self, rows: Any) -> ShiftedMatrix:
+        return ShiftedMatrix(self.inner.take_rows(rows), self.n_cols)
+
+    def materialize(self, format: Format = "auto") -> Any:
+        A = self.inner.materialize(format)
+        if _any_sparse(A):
+            return as_csr(A[:, : self.n_cols])
+        return A[:, : self.n_cols]
+
+    def materialized(self) -> MatrixOperator:
+        return MatrixOperator(self.materialize())
+
+    def astype(self, dtype: Any) -> ShiftedMatrix:
+        return ShiftedMatrix(self.inner.astype(dtype), self.n_cols)
+
+
 # ---------------------------------------------------------- layout for fused kernels
 @dataclass(frozen=True)
 class FusedGroup:
@@ -1307,7 +1643,25 @@ def fused_layout(op: Operator) -> FusedLayout | None:
     if cached is False:
         cached = _factorized_layout(op)
         op.__dict__["_fused_layout"] = cached
+        _LAYOUT_HOLDERS.add(op)
     return cached
+
+
+#: The operators that hold a fused layout or a product plan (weakly), for
+#: :func:`drop_fused_layouts`.
+_LAYOUT_HOLDERS: weakref.WeakSet = weakref.WeakSet()
+
+
+def drop_fused_layouts() -> None:
+    """Forget every cached :class:`FusedLayout` and :class:`ProductPlan`
+    (``ilargi_sklearn.clear_caches``): a layout may hold copies of the sources
+    (stacked, made contiguous) and a plan facts about them (whether a source is
+    binary, the dense form of a small sparse one), which an in-place change of a
+    source would leave stale."""
+    for op in list(_LAYOUT_HOLDERS):
+        op.__dict__.pop("_fused_layout", None)
+        op.__dict__.pop("_product_plan", None)
+    _LAYOUT_HOLDERS.clear()
 
 
 # ------------------------------------------------------ plan of the fused products

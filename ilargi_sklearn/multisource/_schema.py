@@ -8,10 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from ilargi_sklearn.multisource._builder import (
     DEFAULT_MIN_MATCH,
     Join,
+    _as_list,
     _join_fields,
     build,
 )
@@ -156,7 +158,7 @@ class DatasetSchema:
             raise ValueError(
                 "this schema has no encodings yet: take a built dataset's schema_."
             )
-        frames = self._tables(tables)
+        frames, checks = self._tables(tables)
         return build(
             self,
             base,
@@ -164,10 +166,12 @@ class DatasetSchema:
             target=target,
             handle_unknown=handle_unknown,
             min_match=min_match,
+            checks=checks,
         )
 
-    def _tables(self, tables: Any) -> list[Any]:
-        """The joined tables in join order, from a dict or a list of Joins."""
+    def _tables(self, tables: Any) -> tuple[list[Any], list[Join] | None]:
+        """The joined tables in join order, from a dict or a list of Joins, and
+        the Joins (whose checks, ``min_match`` and ``validate``, apply)."""
         names = self.source_names[1:]
         if tables is None:
             tables = {}
@@ -182,28 +186,18 @@ class DatasetSchema:
                     + (f"unknown: {extra}" if extra else "")
                     + "."
                 )
-            return [tables[n] for n in names]
+            return [tables[n] for n in names], None
         tables = list(tables)
         if len(tables) != len(names):
             raise ValueError(
                 f"the schema has {len(names)} joins ({names}), got {len(tables)} Joins."
             )
-        out = []
+        encodings = {e.name: e for e in self.encodings}
         for i, (j, spec) in enumerate(zip(tables, self.joins)):
             if not isinstance(j, Join):
                 raise TypeError(f"joins[{i}] must be a Join, got {type(j).__name__}.")
-            default = Join(None)
-            for f in _join_fields():
-                mine, theirs = getattr(spec, f), getattr(j, f)
-                if _same(mine, theirs) or _same(theirs, getattr(default, f)):
-                    continue
-                raise ValueError(
-                    f"join {names[i]!r}: {f}={theirs!r} differs from the schema's "
-                    f"{f}={mine!r}; with a schema, give the tables only (a dict of "
-                    "source name to table) or the training Joins."
-                )
-            out.append(j.table)
-        return out
+            _check_equivalent(names[i], spec, j, encodings.get(names[i]))
+        return [j.table for j in tables], tables
 
     def _check_arguments(self, given: dict[str, Any]) -> None:
         """``from_frames`` arguments next to ``schema=``: unset or the schema's."""
@@ -246,6 +240,86 @@ class DatasetSchema:
                 return found
         inner = getattr(model, "estimator_", None)
         return None if inner is None or inner is model else cls.of(inner)
+
+
+#: Join fields that say what the join is (the others, ``min_match`` and
+#: ``validate``, are checks: a scoring run may set its own).
+_CHECKS = ("min_match", "validate")
+#: Fields compared by meaning rather than as written.
+_MEANING = ("on", "left_on", "right_on", "features", "categorical")
+
+
+def _check_equivalent(
+    name: str, spec: Join, given: Join, encoding: TableEncoding | None
+) -> None:
+    """Raise unless ``given`` joins as the schema's ``spec`` (fields left at their
+    defaults are taken from the schema).
+
+    Equivalent spellings are accepted: ``on="k"``, ``on=["k"]`` and
+    ``left_on="k", right_on="k"``; the features in another order; a text column
+    listed as categorical or left implicit (it was one-hot encoded either way).
+    """
+    default = Join(None)
+
+    def differs(field: str, theirs: Any, mine: Any) -> ValueError:
+        return ValueError(
+            f"join {name!r}: {field}={theirs!r} differs from the schema's "
+            f"{field}={mine!r}; with a schema, give the tables only (a dict of "
+            "source name to table) or Joins equivalent to the training ones."
+        )
+
+    for f in _join_fields():
+        if f in _CHECKS or f in _MEANING:
+            continue
+        mine, theirs = getattr(spec, f), getattr(given, f)
+        if not (_same(mine, theirs) or _same(theirs, getattr(default, f))):
+            raise differs(f, theirs, mine)
+    if any(getattr(given, f) is not None for f in ("on", "left_on", "right_on")):
+        try:
+            keys = given.keys(name)
+        except ValueError:
+            keys = None
+        if keys != spec.keys(name):
+            shown = {
+                f: getattr(given, f)
+                for f in ("on", "left_on", "right_on")
+                if getattr(given, f) is not None
+            }
+            theirs = ", ".join(f"{k}={v!r}" for k, v in shown.items())
+            lk, rk = spec.keys(name)
+            raise ValueError(
+                f"join {name!r}: the keys ({theirs}) differ from the schema's "
+                f"(left {lk} = right {rk}); with a schema, give the tables only (a "
+                "dict of source name to table) or Joins equivalent to the training "
+                "ones."
+            )
+    features = _as_list(given.features)
+    if features and sorted(map(str, features)) != sorted(map(str, spec.features)):
+        raise differs("features", given.features, spec.features)
+    if encoding is None:
+        return
+    onehot = {c.column for c in encoding.columns if c.kind == "onehot"}
+    # One-hot because of its dtype (text, categorical), not because listed.
+    implicit = {
+        c.column
+        for c in encoding.columns
+        if c.kind == "onehot" and not _numeric_dtype_name(c.dtype)
+    }
+    listed = set(_as_list(given.categorical))
+    if not listed:
+        return  # left unset: the schema's
+    # A numeric column is one-hot only where listed: it must be listed again.
+    if not listed <= onehot or not onehot - implicit <= listed:
+        raise differs("categorical", given.categorical, spec.categorical)
+
+
+def _numeric_dtype_name(name: str) -> bool:
+    """Whether a training column's dtype (its name) is numeric or boolean."""
+    try:
+        dt = pd.api.types.pandas_dtype(name)
+    except (TypeError, ValueError):
+        return False
+    return pd.api.types.is_numeric_dtype(dt) or pd.api.types.is_bool_dtype(dt)
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -51,6 +51,8 @@ def check_source(
     """
     xp = get_namespace(S)
     if is_sparse(S):
+        _check_real(S, name)
+        _check_range(S, name, dtype, feature_names)
         S = canonical_csr(S, dtype)
     else:
         S = asarray_on(S, xp)
@@ -58,33 +60,91 @@ def check_source(
             S = xp.reshape(S, (-1, 1))
         if S.ndim != 2:
             raise ValueError(f"source {name!r} must be 2-D, got shape {S.shape}.")
+        _check_real(S, name)
         if numpy_dtype(S.dtype).kind not in "biuf":
             raise TypeError(
                 f"source {name!r} has dtype {S.dtype}; sources must be numeric "
                 "(encode categorical columns first, or use MultiSourceDataset.from_frames)."
             )
+        _check_range(S, name, dtype, feature_names)
         S = contiguous(S, dtype)
     if finite:
         check_finite(S, name, feature_names)
     return S
 
 
-def check_finite(S: Any, name: str, feature_names: Sequence[Any] | None = None) -> None:
-    """Raise a ``ValueError`` naming the source and column if ``S`` has NaN or inf."""
+def _check_real(S: Any, name: str) -> None:
+    """Refuse complex values: a cast to a real dtype would drop their imaginary
+    parts in silence."""
+    if numpy_dtype(S.dtype).kind == "c":
+        raise ValueError(
+            f"Complex data not supported: source {name!r} has complex dtype "
+            f"{S.dtype}; datasets, as "
+            "scikit-learn's estimators, take real values only. Pass the real part, "
+            "or the real and imaginary parts as two columns."
+        )
+
+
+def _check_range(
+    S: Any, name: str, dtype: Any, feature_names: Sequence[Any] | None
+) -> None:
+    """Refuse finite values that the cast to ``dtype`` would overflow to infinity
+    (float64 values beyond float32's range), naming the column: they are not
+    missing values to impute."""
+    target = np.dtype(dtype)
+    src = numpy_dtype(S.dtype)
+    if target.kind != "f" or src.kind != "f" or src.itemsize <= target.itemsize:
+        return
     xp = get_namespace(S)
+    vals = S.data if is_sparse(S) else S
+    top = float(np.finfo(target).max)
+    big = xp.logical_and(xp.isfinite(vals), xp.abs(vals) > top)
+    if not bool(xp.any(big)):
+        return
+    vals, big = to_numpy(vals), to_numpy(big)
+    if is_sparse(S):
+        col = int(to_numpy(S.indices)[np.flatnonzero(big)[0]])
+    else:
+        col = int(np.flatnonzero(big.any(axis=0))[0])
+    label = feature_names[col] if feature_names is not None else col
+    largest = float(np.max(np.abs(vals[big])))
+    raise ValueError(
+        f"source {name!r}, column {label!r} has values up to {largest:.3g}, beyond "
+        f"the range of {target.name} ({top:.3g}): they would overflow to infinity. "
+        "Build the dataset with dtype=np.float64, or rescale the column."
+    )
+
+
+def check_finite(
+    S: Any,
+    name: str,
+    feature_names: Sequence[Any] | None = None,
+    *,
+    allow_nan: bool = False,
+) -> None:
+    """Raise a ``ValueError`` naming the source and column if ``S`` has NaN or inf
+    (inf only, with ``allow_nan``)."""
+    xp = get_namespace(S)
+    vals = S.data if is_sparse(S) else S
     # One reduction in the source's namespace; the host copy only on the error path.
-    if bool(xp.all(xp.isfinite(S.data if is_sparse(S) else S))):
+    ok = ~xp.isinf(vals) if allow_nan else xp.isfinite(vals)
+    if bool(xp.all(ok)):
         return
     S = to_numpy(S)
-    finite = np.isfinite(S.data if sp.issparse(S) else S)
+    vals = S.data if sp.issparse(S) else S
+    finite = ~np.isinf(vals) if allow_nan else np.isfinite(vals)
     if sp.issparse(S):
         bad_col = int(S.indices[np.nonzero(~finite)[0][0]])
     else:
         bad_col = int(np.nonzero(~finite.all(axis=0))[0][0])
     col = feature_names[bad_col] if feature_names is not None else bad_col
+    if allow_nan:
+        raise ValueError(f"source {name!r}, column {col!r} contains infinite values.")
     raise ValueError(
         f"source {name!r}, column {col!r} contains NaN or infinite values; "
-        "impute them first (from_frames accepts impute=...)."
+        "impute them first (from_frames accepts impute=...), or keep NaN as "
+        "missing values for the estimators that route them (allow_nan=True, "
+        "impute='missing')."
     )
 
 

@@ -10,15 +10,26 @@ CatBoost is an optional dependency (``pip install 'ilargi-sklearn[planner]'``),
 imported only when a model is loaded or trained. A missing or unreadable model, or
 a missing CatBoost, gives one warning per model path and the roofline estimates
 alone: a fit never fails because of the cost model.
+
+Every model file is saved with a checksum file next to it (``cost_model.cbm`` and
+``cost_model.cbm.sha256``, in the format of ``sha256sum``), and is loaded only when
+the two agree: CatBoost's loader trusts the bytes it reads, and a file with one
+byte flipped either loads as a silently different model or crashes the process
+(a segmentation fault inside the native loader, which no ``except`` catches). A
+file that fails the check, or has no checksum, is not read at all: the user's
+calibrated model falls back to the shipped one, the shipped one (or a model named
+by its path) to the roofline estimates, each with one warning.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
 import os
 import threading
+import time
 import warnings
 from collections.abc import Iterable, Sequence
 from importlib import resources
@@ -39,6 +50,7 @@ from ilargi_sklearn.planner._hardware import cache_dir
 
 __all__ = [
     "CostModel",
+    "checksum_path",
     "default_model_path",
     "fit_cost_model",
     "fit_efficiency",
@@ -57,9 +69,13 @@ logger = logging.getLogger(__name__)
 TARGET = "log10_seconds_over_calibrated_roofline_v2"
 _MODEL_FILE = "cost_model.cbm"
 _RECORDS_FILE = "calibration.jsonl"
+_CHECKSUM_SUFFIX = ".sha256"
 
 _lock = threading.Lock()
 _loaded: dict[tuple[str, int, int], CostModel] = {}
+# Versions of a model file and its checksum file that failed to load (checked,
+# warned about): not read again.
+_failed: set[tuple[str, int, int, int | None]] = set()
 _warned: set[str] = set()
 
 
@@ -214,6 +230,62 @@ def _resolve(cost_model: Any) -> Path | None:
     )
 
 
+def checksum_path(model_path: Any) -> Path:
+    """The checksum file of a model file: its name with ``.sha256`` appended.
+
+    It holds the SHA-256 of the model file in the format of ``sha256sum``
+    (``HEX  NAME``); :func:`save_cost_model` writes it, and a model file is loaded
+    only when it matches (see the module's notes).
+    """
+    path = Path(model_path)
+    return path.with_name(path.name + _CHECKSUM_SUFFIX)
+
+
+def _write_checksum(path: Path, data: bytes) -> None:
+    """Write the checksum file of ``path`` (holding ``data``), atomically."""
+    side = checksum_path(path)
+    tmp = side.with_name(f".{side.name}.{os.getpid()}.tmp")
+    tmp.write_text(f"{hashlib.sha256(data).hexdigest()}  {path.name}\n", "ascii")
+    os.replace(tmp, side)
+
+
+class _ModelFileError(Exception):
+    """A model file that must not be handed to CatBoost's loader (the reason)."""
+
+
+def _verified_bytes(path: Path) -> bytes:
+    """The bytes of a model file whose checksum file agrees with them.
+
+    Raises
+    ------
+    _ModelFileError
+        No checksum file, or a checksum that does not match.
+    OSError
+        The model file cannot be read.
+    """
+    side = checksum_path(path)
+    for attempt in range(2):
+        data = path.read_bytes()
+        try:
+            text = side.read_text(encoding="ascii")
+        except (OSError, UnicodeDecodeError):
+            raise _ModelFileError(
+                f"it has no readable checksum file {side.name!r} (a model saved by "
+                "an older version, or copied without it)"
+            ) from None
+        expected = text.split()[0].lower() if text.split() else ""
+        if hashlib.sha256(data).hexdigest() == expected:
+            return data
+        if attempt == 0:
+            # A model being replaced (calibration writes the model, then its
+            # checksum): look once more before calling the file damaged.
+            time.sleep(0.05)
+    raise _ModelFileError(
+        f"its SHA-256 does not match {side.name!r}: the file is damaged (truncated, "
+        "or changed on disk)"
+    )
+
+
 def load_cost_model(cost_model: Any = "default") -> CostModel:
     """Load (once per process and file version) the cost model named ``cost_model``.
 
@@ -227,26 +299,54 @@ def load_cost_model(cost_model: Any = "default") -> CostModel:
     Returns
     -------
     CostModel
-        Falls back to the roofline model, with one warning per path, when the file
-        is missing or unreadable or CatBoost is not installed.
+        Falls back, with one warning per path, when the file is missing, fails
+        its checksum (:func:`checksum_path`: damaged, or saved without one) or
+        cannot be read, or CatBoost is not installed: ``"default"`` from the
+        user's calibrated model to the shipped one, and from there (or from a
+        model named by its path) to the roofline model.
     """
     path = _resolve(cost_model)
     if path is None:
         return CostModel()
+    shipped = shipped_model_path()
+    if isinstance(cost_model, str) and cost_model == "default" and path != shipped:
+        model = _load_file(path, "the shipped model is used instead")
+        if model is not None:
+            return model
+        path = shipped
+    model = _load_file(
+        path, "plans are chosen with the analytical (roofline) model", path == shipped
+    )
+    return CostModel() if model is None else model
+
+
+def _load_file(path: Path, fallback: str, shipped: bool = False) -> CostModel | None:
+    """The model of one file, or None (after one warning per path) when it
+    cannot be used; ``fallback`` says what is used instead."""
+    fix = (
+        "Reinstall ilargi-sklearn to restore the shipped model."
+        if shipped
+        else "Run 'ilargi calibrate' (ilargi_sklearn.planner.calibrate()) to write "
+        "a new one."
+    )
     key = str(path.resolve()) if path.exists() else str(path)
     try:
         st = path.stat()
     except OSError:
         _warn_once(
             key,
-            f"cost model file {str(path)!r} does not exist; plans are chosen with the "
-            "analytical (roofline) model. Run ilargi_sklearn.planner.calibrate() to "
-            "train one.",
+            f"cost model file {str(path)!r} does not exist; {fallback}. {fix}",
         )
-        return CostModel()
+        return None
     cache_key = (key, st.st_mtime_ns, st.st_size)
+    try:
+        failed_key = cache_key + (checksum_path(path).stat().st_mtime_ns,)
+    except OSError:
+        failed_key = cache_key + (None,)
     with _lock:
         model = _loaded.get(cache_key)
+        if failed_key in _failed:
+            return None
     if model is not None:
         return model
     try:
@@ -257,10 +357,19 @@ def load_cost_model(cost_model: Any = "default") -> CostModel:
             "CatBoost is not installed (pip install 'ilargi-sklearn[planner]'); plans "
             "are chosen with the analytical (roofline) model.",
         )
-        return CostModel()
+        return None
+    try:
+        data = _verified_bytes(path)
+    except (_ModelFileError, OSError) as exc:
+        with _lock:
+            _failed.add(failed_key)
+        _warn_once(
+            key, f"cost model file {str(path)!r} is not used: {exc}; {fallback}. {fix}"
+        )
+        return None
     try:
         booster = CatBoostRegressor()
-        booster.load_model(str(path))
+        booster.load_model(blob=data)
         meta = dict(booster.get_metadata())
         if meta.get("ilargi_target") != TARGET:
             raise ValueError(
@@ -274,12 +383,14 @@ def load_cost_model(cost_model: Any = "default") -> CostModel:
         until = meta.get("ilargi_records_until")
         records_until = None if until is None else float(until)
     except Exception as exc:  # noqa: BLE001 - any unreadable file falls back
+        with _lock:
+            _failed.add(failed_key)
         _warn_once(
             key,
             f"cost model file {str(path)!r} could not be loaded ({type(exc).__name__}: "
-            f"{exc}); plans are chosen with the analytical (roofline) model.",
+            f"{exc}); {fallback}. {fix}",
         )
-        return CostModel()
+        return None
     model = CostModel(booster, str(path), gpu_trained, efficiency, records_until)
     with _lock:
         _loaded[cache_key] = model
@@ -474,7 +585,8 @@ def fit_cost_model(
 
 
 def save_cost_model(model: CostModel, model_path: Any = None) -> Path:
-    """Save a trained model (atomically: a reader never sees half a file).
+    """Save a trained model and its checksum file (atomically: a reader never
+    sees half a file).
 
     Parameters
     ----------
@@ -487,6 +599,8 @@ def save_cost_model(model: CostModel, model_path: Any = None) -> Path:
     Returns
     -------
     path : pathlib.Path
+        The model file; its checksum file is :func:`checksum_path` of it, which
+        must travel with it (a model without one is not loaded).
     """
     if model.booster is None:
         raise ValueError("the analytical model has nothing to save.")
@@ -494,7 +608,9 @@ def save_cost_model(model: CostModel, model_path: Any = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     model.booster.save_model(str(tmp))
+    data = tmp.read_bytes()
     os.replace(tmp, path)
+    _write_checksum(path, data)
     logger.info("saved cost model -> %s", path)
     return path
 

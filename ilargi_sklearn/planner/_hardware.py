@@ -4,7 +4,9 @@ The rates are measured once per machine (a fraction of a second) and cached in
 ``hardware.json`` in the user cache directory (``$ILARGI_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/ilargi_sklearn``, else ``~/.cache/ilargi_sklearn``), keyed by a
 machine identifier, so that a calibration and later fits see the same numbers. GPU
-figures are added only when the probe says a GPU is usable.
+figures are added only when the probe says a GPU is usable. A cached figure that is
+missing, or not a finite positive number (a damaged or hand-edited file), is
+measured again and the file rewritten: the cost model divides by these rates.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import functools
 import hashlib
 import json
 import logging
+import math
 import os
 import platform
 import time
@@ -157,13 +160,42 @@ def _read_cache(path: Path) -> dict[str, Any]:
         return {}
 
 
+#: The figures the cost model divides by (rates) or multiplies with: a cached
+#: entry holds each as a finite, positive number, or is measured again.
+_RATES = ("cpu_cores", "gemm_gflops", "mem_bandwidth_gbs", "gather_gbs")
+_GPU_RATES = ("gpu_memory_bytes", "gpu_gemm_gflops", "gpu_bandwidth_gbs")
+
+
+def _bad_figures(entry: dict[str, Any]) -> list[str]:
+    """The figures of a cached entry that are missing, or not finite and positive
+    numbers (a hand-edited or damaged file; ``json`` reads NaN and Infinity)."""
+    names = list(_RATES)
+    if any(k.startswith("gpu_") for k in entry):
+        names += _GPU_RATES
+    bad = []
+    for name in names:
+        v = entry.get(name)
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+        if not (ok and math.isfinite(v) and v > 0):
+            bad.append(f"{name}={v!r}")
+    return bad
+
+
 @functools.lru_cache(maxsize=4)
 def _hardware_info_cached(cache_path: str, key: str) -> dict[str, Any]:
     path = Path(cache_path)
     data = _read_cache(path)
     entry = data.get(key)
     if isinstance(entry, dict) and entry.get("version") == _VERSION:
-        return entry
+        bad = _bad_figures(entry)
+        if not bad:
+            return entry
+        logger.warning(
+            "hardware figures cached in %s are not finite and positive (%s): "
+            "measuring them again.",
+            path,
+            ", ".join(bad),
+        )
     t0 = time.perf_counter()
     entry = {"version": _VERSION, "machine": key, **_measure_cpu(), **_measure_gpu()}
     logger.info(

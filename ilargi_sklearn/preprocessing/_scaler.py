@@ -15,6 +15,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ilargi_sklearn._backend._namespace import asarray_on, namespace_dtype, to_numpy
 from ilargi_sklearn.multisource import AffineOperator, MultiSourceDataset
+from ilargi_sklearn.utils._stats import column_variances
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     Caller,
@@ -26,16 +27,17 @@ from ilargi_sklearn.utils._validation import (
 __all__ = ["FactorizedStandardScaler"]
 
 
-def _mean_var(op, sample_weight, w_sum):
+def _mean_var(op, sample_weight):
     """Weighted column means and (biased) variances from factorized column sums.
 
-    The n-length reductions run where ``op`` lives; the (n_features,) sums come
-    to the host, where the statistics are finished in the sums' dtype.
+    The sums are those of the design with its columns of large mean shifted by a
+    pilot value (:func:`~ilargi_sklearn.utils._stats.column_variances`): ``E[x^2]
+    - E[x]^2`` of the raw columns would lose a column whose mean is large against
+    its spread (at a ratio of 1e8, all of it). The n-length reductions run where
+    ``op`` lives; the (n_features,) sums come to the host, where the statistics
+    are finished in float64.
     """
-    mean = to_numpy(op.col_sums(sample_weight)) / w_sum
-    sq = to_numpy(op.col_sq_sums(sample_weight)) / w_sum
-    var = np.maximum(sq - mean * mean, 0.0)
-    return mean, var
+    return column_variances(op, sample_weight)
 
 
 def _affine(op, offset, factor, *, inverse, centered):
@@ -72,7 +74,9 @@ class FactorizedStandardScaler(
 ):
     """Standardize features by removing the mean and scaling to unit variance.
 
-    Fitted from factorized column statistics (``1^T T`` and ``1^T (T o T)``). On a
+    Fitted from factorized column statistics (``1^T T`` and ``1^T (T o T)``, of
+    the design with its columns of large mean shifted by a pilot value, so that
+    the variances do not cancel). On a
     :class:`~ilargi_sklearn.MultiSourceDataset`, :meth:`transform` returns a dataset
     whose centering and scaling are applied implicitly inside its operators: the
     sources are untouched and stay sparse, and the join is never built. On an array it
@@ -180,7 +184,7 @@ class FactorizedStandardScaler(
                 "Cannot center sparse matrices: pass `with_mean=False` instead, or wrap "
                 "the data in a MultiSourceDataset, which centers implicitly."
             )
-        mean, var = _mean_var(op, sample_weight, w_sum)
+        mean, var = _mean_var(op, sample_weight)
         dtype = op.dtype
         self.n_samples_seen_ = op.n_rows if sample_weight is None else w_sum
         self.mean_ = mean.astype(dtype) if (self.with_mean or self.with_std) else None

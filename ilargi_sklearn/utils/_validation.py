@@ -30,6 +30,7 @@ __all__ = [
     "Caller",
     "DeviceMixin",
     "check_device",
+    "check_real",
     "check_strategy",
     "input_namespace",
     "validate_X",
@@ -133,6 +134,7 @@ def _validate_device_array(estimator: Any, X: Any, reset: bool) -> Operator:
             f"is required by {name}."
         )
     kind = numpy_dtype(X.dtype).kind
+    check_real(X, "X", name)
     if kind not in "biuf":
         raise ValueError(f"{name} expects numeric data, got dtype {X.dtype}.")
     if kind != "f":
@@ -177,12 +179,44 @@ def device_regression_target(estimator: Any, y: Any, op: Operator) -> Any | None
             f"y should be a 1d or 2d array, got an array of shape {y.shape} instead."
         )
     kind = numpy_dtype(y.dtype).kind
+    check_real(y, "y", name)
     if kind not in "biuf":
         raise ValueError(f"{name} expects a numeric target, got dtype {y.dtype}.")
     Y = xp.astype(y, namespace_dtype(xp, np.float64))
     if not bool(xp.all(xp.isfinite(Y))):
         raise ValueError("Input y contains NaN or infinity.")
     return xp.reshape(Y, (int(Y.shape[0]), -1))
+
+
+def check_real(a: Any, what: str, name: str) -> None:
+    """Refuse complex ``a`` (``X``, ``y``, weights) with an error that says so.
+
+    scikit-learn refuses complex input too, but its message prints the whole
+    array; a cast would drop the imaginary parts in silence.
+    """
+    dtype = getattr(a, "dtype", None)
+    if dtype is None and isinstance(a, (list, tuple)):
+        dtype = np.asarray(a).dtype
+    try:
+        kind = numpy_dtype(dtype).kind if dtype is not None else ""
+    except TypeError:  # pandas extension dtypes
+        kind = getattr(dtype, "kind", "")
+    if kind == "c":
+        raise ValueError(
+            f"Complex data not supported: {name} got complex {what} (dtype {dtype}) "
+            "and fits real data only, as scikit-learn. Pass the real part, or the "
+            "real and imaginary parts as separate columns."
+        )
+    # A DataFrame: per-column dtypes (pandas' ``dtypes`` maps names to them).
+    dtypes = getattr(a, "dtypes", None)
+    if what == "X" and hasattr(dtypes, "items"):
+        bad = [c for c, t in dtypes.items() if getattr(t, "kind", "") == "c"]
+        if bad:
+            raise ValueError(
+                f"Complex data not supported: {name} got complex column(s) "
+                f"{bad[:5]} in X and fits real data only, as scikit-learn. Pass the "
+                "real parts, or the real and imaginary parts as separate columns."
+            )
 
 
 def _check_n_features(estimator: Any, n_features: int, name: str) -> None:
@@ -274,11 +308,13 @@ def validate_X(
                 )
         if ensure_non_negative:
             _check_non_negative_operator(X.operator, name)
+        _check_missing_values(estimator, X, name)
         op = X.operator_for(strategy)
         # The operator does not know the dataset it came from: the statistics
         # cache (utils._stats.centered_gram) learns it here, for every estimator.
         register_lineage(op, X, strategy)
         return op
+    check_real(X, "X", type(estimator).__name__)
     X = validate_data(
         estimator,
         X,
@@ -292,6 +328,28 @@ def validate_X(
 
         return MatrixOperator(asarray_on(X, xp_cupy))
     return MatrixOperator(X)
+
+
+def _check_missing_values(estimator: Any, X: MultiSourceDataset, name: str) -> None:
+    """A dataset holding NaN (built with ``allow_nan=True``) reaches only the
+    estimators whose tags allow NaN: in the others' products NaN would spread."""
+    if not X.allows_nan:
+        return
+    try:
+        allow = estimator.__sklearn_tags__().input_tags.allow_nan
+    except AttributeError:  # pragma: no cover - not a scikit-learn estimator
+        allow = False
+    if allow:
+        return
+    source = X.nan_source()
+    if source is not None:
+        raise ValueError(
+            f"the dataset holds missing values (NaN) in source {source!r}, kept by "
+            f"allow_nan=True or impute='missing'; {name} does not take missing "
+            "values. Impute them (Join(impute='mean'), ...), or use an estimator "
+            "that routes them (FactorizedHistGradientBoostingRegressor or "
+            "FactorizedHistGradientBoostingClassifier)."
+        )
 
 
 def _check_non_negative_operator(op: Operator, name: str) -> None:
@@ -334,6 +392,7 @@ def validate_fit_inputs(
     target: Any = None,
     strategy: str = "factorized",
     reset: bool = True,
+    non_negative_weights: bool = False,
 ) -> tuple[Operator, Any, Any, float]:
     """The fit preamble: validate ``X``, ``y`` and ``sample_weight`` once and place
     them on the estimator's device (its ``device`` parameter).
@@ -355,6 +414,11 @@ def validate_fit_inputs(
     strategy : {"factorized", "materialized"}, default="factorized"
     reset : bool, default=True
         False for methods of a fitted estimator that take targets (``score``).
+    non_negative_weights : bool, default=False
+        Refuse negative weights, as ``_check_sample_weight(...,
+        ensure_non_negative=True)`` does (scikit-learn's ``LinearRegression``;
+        the estimators whose scikit-learn counterpart fails on them deep inside,
+        with NaN, refuse them here with its message).
 
     Returns
     -------
@@ -369,6 +433,8 @@ def validate_fit_inputs(
     """
     from sklearn.utils.validation import _check_sample_weight
 
+    check_dataset_rows(X, y, "y")
+    check_dataset_rows(X, sample_weight, "sample_weight")
     op = validate_X(
         estimator, X, reset=reset, strategy=strategy, device=estimator.device
     )
@@ -378,15 +444,66 @@ def validate_fit_inputs(
                 f"{type(estimator).__name__} requires y to be passed, but the target "
                 "y is None."
             )
+        check_real(y, "y", type(estimator).__name__)
         y = target(estimator, y, op)
     sw_sum = float(op.n_rows)
     if sample_weight is not None:
+        check_real(sample_weight, "sample_weight", type(estimator).__name__)
         sample_weight = _check_sample_weight(
-            host_array(sample_weight), op, dtype=np.float64
+            host_array(sample_weight),
+            op,
+            dtype=np.float64,
+            ensure_non_negative=non_negative_weights,
         )
         sw_sum = float(np.sum(sample_weight))
         sample_weight = asarray_on(sample_weight, op.xp, op.device)
     return op, y, sample_weight, sw_sum
+
+
+def check_dataset_rows(X: Any, values: Any, name: str) -> None:
+    """Refuse per-base-row ``values`` for a dataset whose joins changed its rows.
+
+    A target, weights or groups taken from the base table have one value per
+    base row; a dataset after inner, outer or one-to-many joins has other rows.
+    The error names the joins that changed them and the fix (``ds.align``);
+    other length mismatches are left to the usual checks.
+    """
+    if not isinstance(X, MultiSourceDataset) or values is None:
+        return
+    shape = getattr(values, "shape", None)
+    if shape is None and isinstance(values, (list, tuple)):
+        shape = (len(values),)
+    if not shape or not isinstance(shape[0], (int, np.integer)):
+        return  # a scalar weight, or a lazy array of unknown length
+    n_values, n_rows = int(shape[0]), len(X)
+    if n_values == n_rows or n_values != X.n_base_rows_:
+        return
+    changes = []
+    for r in (X._match_report or []) if X._root_rows is None else []:
+        if r.get("fan_out", 1.0) > 1:
+            changes.append(
+                f"join {r['join']!r} repeats rows (keys such as "
+                f"{r['repeated_keys'][:3]} occur more than once in its table)"
+            )
+        if r["how"] == "inner" and r["matched"] < r["rows"]:
+            changes.append(
+                f"inner join {r['join']!r} drops {r['rows'] - r['matched']:,} "
+                "unmatched rows"
+            )
+        kept = round(r["matched"] * r.get("fan_out", 1.0)) + r["rows"] - r["matched"]
+        if r["how"] == "outer" and r.get("rows_out", kept) > kept:
+            changes.append(
+                f"outer join {r['join']!r} adds {r['rows_out'] - kept:,} rows of its "
+                "table that matched nothing"
+            )
+    why = f" ({'; '.join(changes)})" if changes else ""
+    raise ValueError(
+        f"X has {n_rows:,} rows but {name} has {n_values:,}, one per row of the base "
+        f"table: the dataset's joins changed its rows{why}. Take {name} into the "
+        f"dataset's order with ds.align({name}) (from_frames(..., target=COLUMN) "
+        "returns the target aligned), or fix the join if it should keep the base "
+        "rows."
+    )
 
 
 def sample_weight_on(op: Operator, sample_weight: Any = None) -> Any:

@@ -1,0 +1,335 @@
+"""Compiled (numba) kernels of the trees: histograms per source, split scans,
+partitions and binned prediction through the index vectors.
+
+The NumPy reference of each lives beside the code that calls it
+(:mod:`._histogram`, :mod:`._splitting`, :mod:`._predictor`); these register with
+:mod:`.._backend._launcher`, which jits, threads and falls back, and are used only
+where :func:`~.._backend._launcher.numba_available`.
+
+A group is a binned source (``bins``, ``uint8``, one row per source row plus a row
+of missing bins) with its index vector (``idx``; empty for the identity) and the
+histogram rows of its columns (``fmap``). A histogram is float64 of shape
+``(n_features, n_bins, 3)``: summed gradients, hessians and counts per bin.
+"""
+
+from __future__ import annotations
+
+from ilargi_sklearn._backend import _launcher
+
+_u = _launcher.U
+
+__all__ = [
+    "GROUPED",
+    "ROWWISE",
+    "call",
+]
+
+#: Histogram modes of a group, per node (see :func:`._histogram.choose_modes`).
+ROWWISE, GROUPED = 0, 1
+
+
+def _hist_chunk(
+    rows,
+    gradients,
+    hessians,
+    bins,
+    idxs,
+    fmaps,
+    n_groups,
+    modes,
+    accs,
+    touched,
+    out,
+    c,
+    start,
+    stop,
+):
+    # out (chunks, F, n_bins, 3); accs[g] (chunks, m_g, 3) zero on entry and on
+    # exit; touched[g] (chunks, m_g). ``gradients`` and ``hessians`` are the
+    # node's, in the order of ``rows`` (read sequentially by every group's
+    # pass, as scikit-learn's ordered gradients); hessians empty when constant.
+    H = out[c]
+    with_h = hessians.shape[0] > 0
+    hi = 0.0
+    for grp in range(n_groups):
+        B = bins[grp]
+        ix = idxs[grp]
+        fm = fmaps[grp]
+        nf = fm.shape[0]
+        direct = ix.shape[0] == 0
+        if modes[grp] == 0:
+            # Row-wise: each node row reads its source row's bins.
+            for p in range(start, stop):
+                i = _u(rows[_u(p)])
+                j = i if direct else _u(ix[i])
+                gi = gradients[_u(p)]
+                Br = B[j]
+                if with_h:
+                    hi = hessians[_u(p)]
+                    for k in range(nf):
+                        f = _u(fm[k])
+                        b = _u(Br[k])
+                        H[f, b, 0] += gi
+                        H[f, b, 1] += hi
+                        H[f, b, 2] += 1.0
+                else:
+                    for k in range(nf):
+                        f = _u(fm[k])
+                        b = _u(Br[k])
+                        H[f, b, 0] += gi
+                        H[f, b, 2] += 1.0
+        else:
+            # Grouped: sum per source row first (a touched list records the
+            # distinct rows), then read each distinct source row's bins once.
+            A = accs[grp][c]
+            T = touched[grp][c]
+            nt = 0
+            for p in range(start, stop):
+                j = _u(ix[_u(rows[_u(p)])])
+                if A[j, 2] == 0.0:
+                    T[nt] = j
+                    nt += 1
+                A[j, 0] += gradients[_u(p)]
+                if with_h:
+                    A[j, 1] += hessians[_u(p)]
+                A[j, 2] += 1.0
+            for q in range(nt):
+                j = _u(T[q])
+                a0 = A[j, 0]
+                a1 = A[j, 1]
+                a2 = A[j, 2]
+                A[j, 0] = 0.0
+                A[j, 1] = 0.0
+                A[j, 2] = 0.0
+                Br = B[j]
+                for k in range(nf):
+                    f = _u(fm[k])
+                    b = _u(Br[k])
+                    H[f, b, 0] += a0
+                    H[f, b, 1] += a1
+                    H[f, b, 2] += a2
+
+
+def _scan_numeric(
+    hist,
+    feats,
+    n_samples,
+    sum_g,
+    sum_h,
+    value,
+    lower,
+    upper,
+    n_bins_non_missing,
+    has_missing,
+    monotonic,
+    l2,
+    min_hessian,
+    min_samples_leaf,
+    min_gain,
+    const_h,
+    res,
+):
+    # res (len(feats), 6): gain, bin, missing_go_to_left, sum_g_left,
+    # sum_h_left, n_left. scikit-learn's two scans, in its order.
+    loss_cur = sum_g * value
+    for q in range(feats.shape[0]):
+        f = feats[q]
+        res[q, 0] = -1.0
+        cst = monotonic[f]
+        nbnm = n_bins_non_missing[f]
+        end = nbnm - 1 + has_missing[f]
+        sgl = 0.0
+        shl = 0.0
+        nl = 0.0
+        best = -1.0
+        found = False
+        for b in range(end):
+            nl += hist[f, b, 2]
+            nr = n_samples - nl
+            if const_h:
+                shl += hist[f, b, 2]
+            else:
+                shl += hist[f, b, 1]
+            shr = sum_h - shl
+            sgl += hist[f, b, 0]
+            sgr = sum_g - sgl
+            if nl < min_samples_leaf:
+                continue
+            if nr < min_samples_leaf:
+                break
+            if shl < min_hessian:
+                continue
+            if shr < min_hessian:
+                break
+            vl = min(max(-sgl / (shl + l2 + 1e-15), lower), upper)
+            vr = min(max(-sgr / (shr + l2 + 1e-15), lower), upper)
+            if (cst == 1 and vl > vr) or (cst == -1 and vl < vr):
+                gain = -1.0
+            else:
+                gain = loss_cur
+                gain -= sgl * vl
+                gain -= sgr * vr
+            if gain > best and gain > min_gain:
+                found = True
+                best = gain
+                res[q, 0] = gain
+                res[q, 1] = b
+                res[q, 2] = 0.0
+                res[q, 3] = sgl
+                res[q, 4] = shl
+                res[q, 5] = nl
+        if has_missing[f]:
+            sgr = 0.0
+            shr = 0.0
+            nr = 0.0
+            for b in range(nbnm - 2, -1, -1):
+                nr += hist[f, b + 1, 2]
+                nl = n_samples - nr
+                if const_h:
+                    shr += hist[f, b + 1, 2]
+                else:
+                    shr += hist[f, b + 1, 1]
+                shl = sum_h - shr
+                sgr += hist[f, b + 1, 0]
+                sgl = sum_g - sgr
+                if nr < min_samples_leaf:
+                    continue
+                if nl < min_samples_leaf:
+                    break
+                if shr < min_hessian:
+                    continue
+                if shl < min_hessian:
+                    break
+                vl = min(max(-sgl / (shl + l2 + 1e-15), lower), upper)
+                vr = min(max(-sgr / (shr + l2 + 1e-15), lower), upper)
+                if (cst == 1 and vl > vr) or (cst == -1 and vl < vr):
+                    gain = -1.0
+                else:
+                    gain = loss_cur
+                    gain -= sgl * vl
+                    gain -= sgr * vr
+                if gain > best and gain > min_gain:
+                    found = True
+                    best = gain
+                    res[q, 0] = gain
+                    res[q, 1] = b
+                    res[q, 2] = 1.0
+                    res[q, 3] = sgl
+                    res[q, 4] = shl
+                    res[q, 5] = nl
+        if not found:
+            res[q, 0] = -1.0
+
+
+def _partition(
+    rows,
+    bins_g,
+    idx_g,
+    col,
+    threshold,
+    missing_left,
+    missing_bin,
+    is_cat,
+    bitset,
+    buf,
+    out,
+):
+    # Stable partition of ``rows`` (in place): left rows first, in order, then
+    # the right ones (scikit-learn's order); the number of left rows to out[0].
+    n = rows.shape[0]
+    direct = idx_g.shape[0] == 0
+    nl = 0
+    nr = 0
+    for p in range(n):
+        i = rows[p]
+        j = i if direct else idx_g[i]
+        b = bins_g[j, col]
+        if is_cat:
+            left = (bitset[b >> 5] >> (b & 31)) & 1
+        else:
+            left = (missing_left and b == missing_bin) or b <= threshold
+        if left:
+            rows[nl] = i
+            nl += 1
+        else:
+            buf[nr] = i
+            nr += 1
+    for q in range(nr):
+        rows[nl + q] = buf[q]
+    out[0] = nl
+
+
+def _predict_chunk(
+    feature,
+    left,
+    right,
+    is_leaf,
+    value,
+    threshold,
+    missing_left,
+    is_cat,
+    bitset_idx,
+    bitsets,
+    feature_group,
+    feature_col,
+    bins,
+    idxs,
+    missing_bin,
+    out,
+    c,
+    start,
+    stop,
+):
+    for i in range(start, stop):
+        node = 0
+        while not is_leaf[node]:
+            f = feature[node]
+            g = feature_group[f]
+            ix = idxs[g]
+            j = i if ix.shape[0] == 0 else ix[i]
+            b = bins[g][j, feature_col[f]]
+            if b == missing_bin:
+                go_left = missing_left[node]
+            elif is_cat[node]:
+                w = bitsets[bitset_idx[node], b >> 5]
+                go_left = (w >> (b & 31)) & 1
+            else:
+                go_left = b <= threshold[node]
+            node = left[node] if go_left else right[node]
+        out[i] += value[node]
+
+
+_launcher.register("tree_hist", _hist_chunk, min_rows=32768)
+_launcher.register("tree_scan", _scan_numeric)
+_launcher.register("tree_partition", _partition)
+_launcher.register("tree_predict", _predict_chunk, min_rows=16384)
+
+
+#: Dispatchers of the per-node kernels once they ran (see :func:`call`).
+_ready: dict = {}
+
+
+def call(name, *args):
+    """``_launcher.call(name, *args)``, then the jitted kernel directly.
+
+    A tree calls its scan and partition kernels once or twice per node, thousands
+    of times a fit: the launcher's per-call bookkeeping (the compile-notice check)
+    cost as much as the kernels on small nodes. The first call goes through the
+    launcher (compilation or cache load, the notice, the fallback); later calls
+    go to the dispatcher, back through the launcher only if they fail (a new
+    signature that does not compile disables the compiled kernels there).
+    """
+    fn = _ready.get(name)
+    if fn is not None:
+        try:
+            fn(*args)
+            return
+        except Exception as exc:
+            # Only a signature that fails to compile (before the kernel ran)
+            # goes back through the launcher.
+            numba = _launcher._state["numba"]
+            if not numba or not isinstance(exc, numba.core.errors.NumbaError):
+                raise
+            _ready.pop(name, None)
+    _launcher.call(name, *args)
+    _ready[name] = _launcher._dispatcher(name)
