@@ -304,12 +304,16 @@ def _source_t(indptr, indices, data, binary, b, off, out, start, stop):
             q += 1
 
 
-# The fewest rows of a chunk worth a thread (``benchmarks/README.md``, "Fused
-# products"); for the sources' products, the fewest entries (multiply-adds).
-_launcher.register("products_source", _source_chunk, min_rows=32768)
-_launcher.register("products_gather", _gather_chunk, min_rows=49152)
-_launcher.register("products_scatter", _scatter_chunk, min_rows=131072)
-_launcher.register("products_source_t", _source_t, min_rows=32768)
+# The fewest rows of a chunk worth a thread, for the sources' products the fewest
+# entries: a second thread from 524,288 target rows (4 chunks per thread, one for
+# the scatter's per-chunk tables) and 1,048,576 entries of the sources. Measured
+# (``benchmarks/README.md``, "Fused products"): two threads gained 1.4-1.7x from
+# 524,288 rows on a machine with a light load, 0.8-1.1x at 131,072-262,144 rows,
+# and lost on every Hamlet dataset (at most 421,570 rows) beside a neighbour.
+_launcher.register("products_source", _source_chunk, min_rows=131072)
+_launcher.register("products_gather", _gather_chunk, min_rows=65536)
+_launcher.register("products_scatter", _scatter_chunk, min_rows=262144)
+_launcher.register("products_source_t", _source_t, min_rows=131072)
 _launcher.register("products_dense_source", _dense_source_chunk)
 _launcher.register("products_dense_source_t", _dense_source_t)
 _launcher.register("products_dense_t", _dense_t_chunk)
@@ -371,12 +375,14 @@ def _source_tasks(plan: Any, threads: int, name: str) -> list[tuple[int, int, in
 
 
 def _run(task: Any, n_tasks: int, threads: int) -> None:
-    """``task(t)`` for each task: on the calling thread alone, or on the pool."""
+    """``task(t)`` for each task: on the calling thread alone, or on the kernels'
+    pool (the tasks call compiled kernels only, so BLAS's threads are left as
+    they are: :func:`~.._backend._launcher.run_kernel_tasks`)."""
     if n_tasks == 1 or threads == 1:
         for t in range(n_tasks):
             task(t)
     else:
-        _launcher.run_tasks(task, n_tasks, threads)
+        _launcher.run_kernel_tasks(task, n_tasks, threads)
 
 
 def _source_products(plan: Any, x: np.ndarray, threads: int) -> np.ndarray:
