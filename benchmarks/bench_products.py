@@ -7,6 +7,7 @@ Usage::
         [--star] [--flights] [--ops matvec,rmatvec,matmul5,rmatmul5]
         [--fits logistic,poisson,linear,gd] [--threads 1] [--rounds 7]
         [--calls 20] [--out FILE]
+    python benchmarks/bench_products.py . . --star --threads 1,0
     python benchmarks/bench_products.py . --sizes 16384,65536,262144,1048576
 
 Measures ``T @ w``, ``T^T y`` (one column) and ``T @ W``, ``T^T Y`` (five columns) of
@@ -33,7 +34,9 @@ in the same rounds: ``X0.sum()`` and ``idx.sum()`` (reading the base and the ind
 vector once, the least a product must read), plus ``y.sum()`` for ``T^T y``.
 
 ``--threads 1`` pins BLAS, OpenMP and numba to one thread; ``--threads 0`` (the
-default) leaves the libraries' own counts, as a user gets them. Records are
+default) leaves the libraries' own counts, as a user gets them. One value per tree
+(``--threads 1,0`` with the same tree twice) times one thread against the default
+counts side by side: the ratio is then the speed-up of the default threads. Records are
 appended to ``--out`` (default ``benchmarks/results/products.jsonl``).
 """
 
@@ -324,9 +327,14 @@ def _agree(a: Any, b: Any) -> bool | None:
 
 
 def compare(
-    trees: list[str], case: str, names: list[str], rounds: int, calls: int, threads: int
+    trees: list[str],
+    case: str,
+    names: list[str],
+    rounds: int,
+    calls: int,
+    threads: list[int],
 ) -> list[dict[str, Any]]:
-    children = [Child(t, case, names, threads) for t in trees]
+    children = [Child(t, case, names, n) for t, n in zip(trees, threads, strict=True)]
     print("  packages: " + ", ".join(c.where for c in children), flush=True)
     names = [n for n in names if n in children[-1].names]
     runs: dict[str, list[list[dict]]] = {n: [[] for _ in trees] for n in names}
@@ -386,7 +394,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fits", default="", help=f"subset of {','.join(FITS)}")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--calls", type=int, default=20)
-    p.add_argument("--threads", type=int, default=0)
+    p.add_argument(
+        "--threads",
+        default="0",
+        help="threads of the libraries (0: their defaults), one value or one per tree",
+    )
     p.add_argument(
         "--sizes",
         help="comma-separated row counts: time 1 against 2 threads on stars of "
@@ -403,6 +415,11 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= len(args.trees) <= 2:
         p.error("give one or two source trees (before, after)")
     trees = [os.path.abspath(t) for t in args.trees]
+    threads = [int(v) for v in args.threads.split(",")]
+    if len(threads) == 1:
+        threads *= len(trees)
+    if len(threads) != len(trees):
+        p.error(f"--threads {args.threads}: give one value, or one per tree")
     if args.sizes:
         print(f"where threads pay: {trees[-1]}; load: {os.getloadavg()}")
         ns = [int(float(v)) for v in args.sizes.split(",")]
@@ -435,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     print("trees: " + ", ".join(trees))
-    print(f"threads: {args.threads or 'default'}; load: {os.getloadavg()}")
+    shown = ", ".join(str(t or "default") for t in threads)
+    print(f"threads: {shown}; load: {os.getloadavg()}")
     head = f"{'case':<22} {'measure':<14}" + "".join(
         f" {'tree ' + str(i) + ' ms':>12}" for i in range(len(trees))
     )
@@ -452,11 +470,11 @@ def main(argv: list[str] | None = None) -> int:
             ]
         if case != "star":
             names += fits
-        records = compare(trees, case, names, args.rounds, args.calls, args.threads)
+        records = compare(trees, case, names, args.rounds, args.calls, threads)
         for rec in records:
             rec.update(
                 case=label,
-                threads=args.threads,
+                threads=threads if len(set(threads)) > 1 else threads[0],
                 run=stamp,
                 trees=trees,
                 load=os.getloadavg(),
