@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
-from _helpers import tolerance
+from _helpers import assert_close, tolerance
 from scipy.optimize import check_grad
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.linear_model import LinearRegression, LogisticRegression
@@ -380,11 +380,6 @@ def _scenario_targets(ds, seed):
     y_bin = (raw[:, 1] + rng.logistic(size=T.shape[0]) > 0).astype(int)
     y_multi = (raw[:, :3] + rng.gumbel(size=raw[:, :3].shape)).argmax(axis=1)
     return y_reg, y_bin, y_multi
-
-
-def _assert_same_model(a, b, rtol):
-    np.testing.assert_allclose(a.coef_, b.coef_, rtol=rtol, atol=rtol)
-    np.testing.assert_allclose(a.intercept_, b.intercept_, rtol=rtol, atol=rtol)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -827,9 +822,8 @@ def test_linear_regression_kernel_takes_explicit_arguments(solver):
     )
     ref = LinearRegression().fit(X, y, sample_weight=sw)
     kind = "solver" if solver == "normal" else "iterative"
-    tol = tolerance(np.float64, kind)
-    np.testing.assert_allclose(coef, ref.coef_, rtol=tol, atol=tol)
-    np.testing.assert_allclose(intercept, ref.intercept_, rtol=tol, atol=tol)
+    assert_close(coef, ref.coef_, dtype=np.float64, kind=kind)
+    assert_close(intercept, ref.intercept_, dtype=np.float64, kind=kind)
     assert n_iter == 1 if solver == "normal" else n_iter > 1
 
 
