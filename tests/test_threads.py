@@ -15,7 +15,7 @@ from ilargi_sklearn._backend import _launcher
 from ilargi_sklearn.cluster import FactorizedKMeans
 from ilargi_sklearn.datasets import make_multi_source
 from ilargi_sklearn.linear_model import FactorizedLogisticRegression
-from ilargi_sklearn.linear_model._loss import _loss_and_grad
+from ilargi_sklearn.linear_model._loss import _objective
 from ilargi_sklearn.multisource import _gram_numba
 from ilargi_sklearn.utils._testing import random_dataset
 
@@ -311,7 +311,8 @@ def test_logistic_equal_on_one_and_two_threads(monkeypatch):
     rng = np.random.default_rng(0)
     y = (rng.random(ds.shape[0]) < 0.5).astype(float)
     w = rng.standard_normal(ds.shape[1] + 1)
-    args = (w, ds.operator, y, None, float(ds.shape[0]), 1.0, True, 1, "binomial")
+    objective = _objective(ds.operator, "binomial")
+    args = (w, y, None, float(ds.shape[0]), 1.0, True, 1)
     tasks = []
     original = _launcher.run_tasks
 
@@ -323,7 +324,7 @@ def test_logistic_equal_on_one_and_two_threads(monkeypatch):
     out = {}
     for t in (1, 2):
         monkeypatch.setattr(_launcher, "n_threads", lambda t=t: t)
-        out[t] = _loss_and_grad(*args)
+        out[t] = objective(*args)
     # One task on one thread, two per thread on two.
     assert tasks == [(1, 1), (4, 2)]
     np.testing.assert_allclose(out[2][0], out[1][0], rtol=1e-12)
