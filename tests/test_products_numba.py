@@ -308,13 +308,37 @@ def test_results_do_not_depend_on_the_thread_count(scenario, monkeypatch):
     for name in names + ("products_source", "products_source_t"):
         monkeypatch.setitem(_launcher.MIN_CHUNK_ROWS, name, 20)
     assert _launcher.chunks(op.n_rows, 20, 2) > 1
-    tasks = pn._source_tasks(op._product_plan, 2, "products_source")
+    tasks, threads = pn._source_tasks(op._product_plan, 2, "products_source")
     assert len(tasks) > len(op._product_plan.groups)  # sources split in row ranges
+    assert threads == 2
     two = op.matmul(w), op.rmatmul(y)
     np.testing.assert_array_equal(one[0], two[0])
     assert_close(two[1], one[1], kind="compiled", scale=np.abs(y).sum())
     with numpy_path():
         assert_close(two[1], op.rmatmul(y), kind="compiled", scale=np.abs(y).sum())
+
+
+def test_small_products_stay_on_the_calling_thread(monkeypatch):
+    # Several row groups give several tasks, but below the size where a second
+    # thread pays they all run on the calling thread (no pool launch).
+    ds = random_dataset(3, scenario="star", n_rows=300)
+    op = ds.operator
+    monkeypatch.setattr(_launcher, "n_threads", lambda: 2)
+    w = np.ones(op.n_cols)
+    op.matmul(w)
+    tasks, threads = pn._source_tasks(op._product_plan, 2, "products_source")
+    assert len(tasks) == len(op._product_plan.groups) > 1
+    assert threads == 1
+    launched = []
+    original = _launcher.run_kernel_tasks
+    monkeypatch.setattr(
+        _launcher,
+        "run_kernel_tasks",
+        lambda *a: (launched.append(a[1:]), original(*a)),
+    )
+    op.matmul(w)
+    op.rmatmul(np.ones(op.n_rows))
+    assert launched == []
 
 
 def test_compile_failure_falls_back_to_numpy(monkeypatch):

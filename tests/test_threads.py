@@ -255,6 +255,21 @@ def test_run_kernel_tasks_runs_each_task_once_and_leaves_blas_alone():
     assert sorted(ran[8:]) == [0, 0, 1, 2]
 
 
+def test_compile_failure_after_another_thread_disabled_the_kernels(monkeypatch):
+    # Two tasks of one launch both fail to compile: the first disables the
+    # kernels, the second's failure must still come out as CompiledUnavailable
+    # (the callers' signal to run the NumPy code), not as numba's own error.
+    numba = pytest.importorskip("numba")
+    monkeypatch.setitem(_launcher._state, "numba", False)  # disabled meanwhile
+
+    def body(kernel):
+        raise numba.core.errors.TypingError("planted compile failure")
+
+    monkeypatch.setattr(_launcher, "_kernel", lambda name: None)
+    with pytest.raises(_launcher.CompiledUnavailable, match="could not compile"):
+        _launcher._run("products_source", body)
+
+
 # ----------------------------------------------------- results do not depend on it
 @pytest.fixture
 def launches(monkeypatch):

@@ -57,6 +57,7 @@ import contextlib
 import logging
 import os
 import queue
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -566,13 +567,17 @@ def _run(name: str, body: Callable[[Any], None]) -> None:
             body(_kernel(name))
             return
         except Exception as exc:
-            numba = _state["numba"]
+            # A task on another thread may have disabled the kernels meanwhile
+            # (its own compile failure): this one's is then no less a compile
+            # failure, reported as one (without a second warning).
+            numba = _state["numba"] or sys.modules.get("numba")
             if not numba:
                 raise
             if isinstance(exc, numba.core.errors.NumbaError):
-                raise disable(
-                    f"numba could not compile the {name!r} kernel ({exc})"
-                ) from exc
+                reason = f"numba could not compile the {name!r} kernel ({exc})"
+                if _state["numba"] is False:
+                    raise CompiledUnavailable(reason) from exc
+                raise disable(reason) from exc
             if attempt or not _raised_by_cache(exc):
                 raise
             _recompile(name, exc)

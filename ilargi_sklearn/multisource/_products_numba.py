@@ -347,10 +347,14 @@ def _coefficients(x: np.ndarray, cols: slice | np.ndarray) -> np.ndarray:
     return v
 
 
-def _source_tasks(plan: Any, threads: int, name: str) -> list[tuple[int, int, int]]:
-    """The sources' products as ``(group, start, stop)`` tasks over source rows:
-    one per group on one thread, else row ranges of about equal work (entries),
-    :func:`~.._backend._launcher.chunks` of them over all groups."""
+def _source_tasks(
+    plan: Any, threads: int, name: str
+) -> tuple[list[tuple[int, int, int]], int]:
+    """The sources' products as ``(group, start, stop)`` tasks over source rows,
+    and the threads to run them on: one task per group on one thread (below the
+    size where a second thread pays, however many groups), else row ranges of
+    about equal work (entries), :func:`~.._backend._launcher.chunks` of them over
+    all groups."""
     work = [sum(src.work for src in g) for g in plan.groups]
     total = max(sum(work), 1)
     n_tasks = _launcher.chunks(total, _launcher.MIN_CHUNK_ROWS[name], threads)
@@ -371,7 +375,7 @@ def _source_tasks(plan: Any, threads: int, name: str) -> list[tuple[int, int, in
         bounds = np.unique(np.clip(np.round(bounds).astype(np.int64), 0, r))
         bounds[0], bounds[-1] = 0, r
         tasks.extend((g, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]))
-    return tasks
+    return tasks, (threads if n_tasks > 1 else 1)
 
 
 def _run(task: Any, n_tasks: int, threads: int) -> None:
@@ -390,7 +394,7 @@ def _source_products(plan: Any, x: np.ndarray, threads: int) -> np.ndarray:
     P = np.empty(plan.total)
     P[plan.offsets + plan.pads] = 0.0
     coefs = [[_coefficients(x, src.cols) for src in group] for group in plan.groups]
-    tasks = _source_tasks(plan, threads, "products_source")
+    tasks, threads = _source_tasks(plan, threads, "products_source")
 
     def task(t: int) -> None:
         g, start, stop = tasks[t]
