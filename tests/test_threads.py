@@ -229,6 +229,47 @@ def test_run_tasks_limits_blas_meanwhile_and_restores_it():
     assert blas_threads() == before
 
 
+def test_run_kernel_tasks_runs_each_task_once_and_leaves_blas_alone():
+    def blas_threads():
+        return {d["filepath"]: d["num_threads"] for d in threadpool_info()}
+
+    before = blas_threads()
+    inside, names, ran = [], set(), []
+    lock = threading.Lock()
+
+    def task(t):
+        with lock:
+            ran.append(t)
+            names.add(threading.current_thread().name)
+            inside.append(blas_threads())
+
+    _launcher.run_kernel_tasks(task, 8, 2)
+    assert sorted(ran) == list(range(8))
+    assert all(v == before for v in inside)  # no BLAS limit set meanwhile
+    assert blas_threads() == before
+    # One task or one thread: the calling thread alone.
+    names.clear()
+    _launcher.run_kernel_tasks(task, 1, 2)
+    _launcher.run_kernel_tasks(task, 3, 1)
+    assert names == {threading.current_thread().name}
+    assert sorted(ran[8:]) == [0, 0, 1, 2]
+
+
+def test_compile_failure_after_another_thread_disabled_the_kernels(monkeypatch):
+    # Two tasks of one launch both fail to compile: the first disables the
+    # kernels, the second's failure must still come out as CompiledUnavailable
+    # (the callers' signal to run the NumPy code), not as numba's own error.
+    numba = pytest.importorskip("numba")
+    monkeypatch.setitem(_launcher._state, "numba", False)  # disabled meanwhile
+
+    def body(kernel):
+        raise numba.core.errors.TypingError("planted compile failure")
+
+    monkeypatch.setattr(_launcher, "_kernel", lambda name: None)
+    with pytest.raises(_launcher.CompiledUnavailable, match="could not compile"):
+        _launcher._run("products_source", body)
+
+
 # ----------------------------------------------------- results do not depend on it
 @pytest.fixture
 def launches(monkeypatch):
