@@ -233,7 +233,6 @@ class FactorizedLogisticRegressionCV(FactorizedLogisticRegression):
         self.strategy = strategy
         self.device = device
 
-    @_fit_context(prefer_skip_nested_validation=True)
     def _plan_work(self, data, y):
         """The work of a fit, for the planner (:mod:`ilargi_sklearn.planner._work`):
         per fold, the path of ``Cs`` fits on ``(k - 1) / k`` of the rows, then the
@@ -246,6 +245,7 @@ class FactorizedLogisticRegressionCV(FactorizedLogisticRegression):
         one = super()._plan_work(data, y)
         return one.repeated((k - 1) * n_cs + refit, fits=k * n_cs + refit)
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
         """Fit the path of each fold, choose C and fit the final model.
 
