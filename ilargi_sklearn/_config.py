@@ -25,20 +25,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
+
 __all__ = ["config_context", "get_config", "set_config"]
 
-# Defaults. Byte budgets ``None`` mean "a share of the machine's memory"
+# Defaults. Byte budgets "auto" mean "a share of the machine's memory"
 # (``cache_budget``); 0 turns a cache off.
 _DEFAULTS: dict[str, Any] = {
     # Sufficient statistics of gram-based fits (grams and target products are
     # parameter-sized, 8 d^2 bytes: a sixteenth of the memory holds thousands).
-    "statistics_cache_bytes": None,
+    "statistics_cache_bytes": "auto",
     # Joined matrices of materialized fits (data-sized: a quarter of the memory,
     # and at most this many root datasets times devices).
-    "materialization_cache_bytes": None,
+    "materialization_cache_bytes": "auto",
     "materialization_cache_entries": 4,
     # Gathered rows of the index arrays a search slices with again and again.
-    "slice_memo_bytes": None,
+    "slice_memo_bytes": "auto",
     "slice_memo_entries": 32,
     # A training fold's gram as its root's minus the test rows' inside a search
     # that does not know its folds (GridSearchCV): about two passes over the data
@@ -53,7 +55,7 @@ _DEFAULTS: dict[str, Any] = {
     "compiled_kernels": True,
 }
 
-# Shares of the machine's memory that the ``None`` byte budgets stand for.
+# Shares of the machine's memory that the "auto" byte budgets stand for.
 _MEMORY_SHARE = {
     "statistics_cache_bytes": 16,
     "materialization_cache_bytes": 4,
@@ -105,16 +107,12 @@ def _check(name: str, value: Any) -> Any:
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be True or False, got {value!r}.")
         return value
-    if name in _MEMORY_SHARE and value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if name in _MEMORY_SHARE and value == "auto":
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
         raise ValueError(
             f"{name} must be a non-negative int"
-            + (
-                " or None (a share of the machine's memory)"
-                if name in _MEMORY_SHARE
-                else ""
-            )
+            + (' or "auto" (a share of the memory)' if name in _MEMORY_SHARE else "")
             + f", got {value!r}."
         )
     return int(value)
@@ -130,18 +128,18 @@ def _validated(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def set_config(
-    statistics_cache_bytes: int | None = ...,
-    materialization_cache_bytes: int | None = ...,
-    materialization_cache_entries: int = ...,
-    slice_memo_bytes: int | None = ...,
-    slice_memo_entries: int = ...,
-    statistics_downdating: bool = ...,
-    plan_history_size: int = ...,
-    compiled_kernels: bool = ...,
+    statistics_cache_bytes: int | str | None = None,
+    materialization_cache_bytes: int | str | None = None,
+    materialization_cache_entries: int | None = None,
+    slice_memo_bytes: int | str | None = None,
+    slice_memo_entries: int | None = None,
+    statistics_downdating: bool | None = None,
+    plan_history_size: int | None = None,
+    compiled_kernels: bool | None = None,
 ) -> None:
     """Change the package's settings for the whole process.
 
-    A parameter left out keeps its value. The caches read their budgets when they
+    A parameter left at None keeps its value (as in scikit-learn). The caches read their budgets when they
     store an entry, so a smaller budget evicts at the next store (``0`` drops
     nothing already held: :func:`~ilargi_sklearn.clear_caches` does). No setting
     changes a result beyond rounding; ``statistics_downdating`` is the one that
@@ -149,26 +147,27 @@ def set_config(
 
     Parameters
     ----------
-    statistics_cache_bytes : int or None, default=None
+    statistics_cache_bytes : int or "auto", default=None
         Most bytes of sufficient statistics (grams, target products) that
         gram-based fits (least squares, ridge, the elastic net, PCA) keep per
         root dataset, row subset, weights and target, so that the candidates of
-        a search compute each fold's statistics once. None: a sixteenth of the
-        machine's memory; 0: off (every fit computes its own).
-    materialization_cache_bytes : int or None, default=None
+        a search compute each fold's statistics once. ``"auto"`` (the process's
+        default): a sixteenth of the machine's memory; 0: off (every fit
+        computes its own).
+    materialization_cache_bytes : int or "auto", default=None
         Most bytes of joined matrices kept for ``strategy="materialized"`` fits
-        (the join of a root dataset is built once for its slices). None: a quarter
-        of the machine's memory; 0: off.
-    materialization_cache_entries : int, default=4
-        Most joined matrices kept (root datasets times devices).
-    slice_memo_bytes : int or None, default=None
+        (the join of a root dataset is built once for its slices). ``"auto"``
+        (default): a quarter of the machine's memory; 0: off.
+    materialization_cache_entries : int, default=None
+        Most joined matrices kept (root datasets times devices); 4 by default.
+    slice_memo_bytes : int or "auto", default=None
         Most bytes of gathered rows kept for the integer index arrays a search
-        slices a dataset with again and again (``ds[train]`` per candidate). None:
-        a sixteenth of the machine's memory; 0: off. ``ds[idx]`` is a new dataset
-        every time either way.
-    slice_memo_entries : int, default=32
-        Most slices kept.
-    statistics_downdating : bool, default=False
+        slices a dataset with again and again (``ds[train]`` per candidate).
+        ``"auto"`` (default): a sixteenth of the machine's memory; 0: off.
+        ``ds[idx]`` is a new dataset every time either way.
+    slice_memo_entries : int, default=None
+        Most slices kept; 32 by default.
+    statistics_downdating : bool, default=None
         Whether a gram-based fit on a row slice of at least half its root (a
         fold of ``GridSearchCV``) may form its gram as the root's minus the other
         rows' (about two passes over the data for a whole K-fold search instead
@@ -177,15 +176,15 @@ def set_config(
         process. Off: a fit's bits never depend on what ran before. The
         cross-validated estimators (``FactorizedRidgeCV``, ...) downdate their
         folds either way: they know the folds, and their result depends on
-        nothing else.
-    plan_history_size : int, default=256
+        nothing else. False by default.
+    plan_history_size : int, default=None
         Kinds of work (root dataset, estimator, work features) whose measured
         plan times :class:`~ilargi_sklearn.AutoPlan` keeps; 0: none (every fit
-        chooses by prediction).
-    compiled_kernels : bool, default=True
+        chooses by prediction). 256 by default.
+    compiled_kernels : bool, default=None
         Whether the numba kernels are used where numba is installed (off: the
         NumPy kernels, which agree to rounding; as the environment variable
-        ``ILARGI_SKLEARN_NO_NUMBA=1``).
+        ``ILARGI_SKLEARN_NO_NUMBA=1``). True by default.
 
     See Also
     --------
@@ -199,9 +198,9 @@ def set_config(
     >>> set_config(statistics_cache_bytes=0)  # every fit computes its statistics
     >>> get_config()["statistics_cache_bytes"]
     0
-    >>> set_config(statistics_cache_bytes=None)  # back to the default
+    >>> set_config(statistics_cache_bytes="auto")  # back to the default
     """
-    settings = {k: v for k, v in locals().items() if v is not ...}
+    settings = {k: v for k, v in locals().items() if v is not None}
     settings = _validated(settings)
     with _global_lock:
         _global_config.update(settings)
@@ -268,7 +267,7 @@ def total_memory() -> int:
 def cache_budget(name: str) -> int:
     """The byte budget ``name`` (a ``*_bytes`` setting) in bytes now."""
     value = get_config()[name]
-    if value is None:
+    if value == "auto":
         return total_memory() // _MEMORY_SHARE[name]
     return int(value)
 

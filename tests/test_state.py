@@ -102,8 +102,8 @@ def test_config_context_is_per_thread_and_set_config_per_process():
     "settings, error, match",
     [
         ({"statistics_cache": 0}, TypeError, "statistics_cache"),
-        ({"statistics_cache_bytes": -1}, ValueError, "non-negative int or None"),
-        ({"plan_history_size": None}, ValueError, "plan_history_size"),
+        ({"statistics_cache_bytes": -1}, ValueError, 'non-negative int or "auto"'),
+        ({"plan_history_size": "auto"}, ValueError, "plan_history_size"),
         ({"statistics_downdating": 1}, TypeError, "True or False"),
     ],
 )
@@ -120,8 +120,10 @@ def test_old_knobs_write_through_the_config():
     assert get_config()["slice_memo_bytes"] == 12345
     assert _STATS.max_bytes == 12345
     set_statistics_cache()
-    assert get_config()["statistics_cache_bytes"] is None
+    assert get_config()["statistics_cache_bytes"] == "auto"
     assert _STATS.max_bytes > 0
+    set_config(statistics_cache_bytes=None)  # None leaves a setting as it is
+    assert get_config()["statistics_cache_bytes"] == "auto"
     set_materialization_cache(max_entries=2, max_bytes=999)
     assert get_config()["materialization_cache_entries"] == 2
     assert (_CACHE.max_entries, _CACHE.max_bytes) == (2, 999)
@@ -547,3 +549,23 @@ def test_datasets_of_other_constructions_still_key():
     # A cast dataset is a new root; its operator is not the old root's.
     assert lineage_of(ds, ds.astype(np.float32).operator) is None
     assert FactorizedLinearRegression().fit(ds, rng.normal(size=60)).coef_.shape == (5,)
+
+
+def test_the_planner_counts_a_slices_figures_once(monkeypatch):
+    from ilargi_sklearn.planner import _features
+
+    ds, _ = star(n_rows=500, seed=15)
+    rows = np.arange(400)
+    calls = []
+    original = _features._data_features
+
+    def counting(X):
+        calls.append(1)
+        return original(X)
+
+    monkeypatch.setattr(_features, "_data_features", counting)
+    first = _features.data_features(ds[rows])
+    assert _features.data_features(ds[rows]) == first  # a new slice, same rows
+    assert len(calls) == 1
+    _features.data_features(ds)
+    assert len(calls) == 2

@@ -66,7 +66,7 @@ def set_materialization_cache(max_entries: int = 4, max_bytes: int | None = None
     """
     set_config(
         materialization_cache_entries=int(max_entries),
-        materialization_cache_bytes=None if max_bytes is None else int(max_bytes),
+        materialization_cache_bytes="auto" if max_bytes is None else int(max_bytes),
     )
     _CACHE.clear()
 

@@ -46,8 +46,8 @@ def set_statistics_cache(max_bytes: int | None = None) -> None:
     """Bound the cache of sufficient statistics that gram-based fits share.
 
     The older name of ``set_config(statistics_cache_bytes=max_bytes,
-    slice_memo_bytes=max_bytes)`` (see :func:`~ilargi_sklearn.set_config`),
-    followed by a clear of both caches.
+    slice_memo_bytes=max_bytes)`` (``"auto"`` for None, see
+    :func:`~ilargi_sklearn.set_config`), followed by a clear of both caches.
 
     Every fit of a gram-based estimator (least squares, ridge, the elastic net,
     PCA) on a :class:`~ilargi_sklearn.MultiSourceDataset` or one of its row slices
@@ -60,7 +60,8 @@ def set_statistics_cache(max_bytes: int | None = None) -> None:
         Most bytes kept (least recently used entries go first); default a
         sixteenth of the machine's memory. ``max_bytes=0`` turns caching off.
     """
-    set_config(statistics_cache_bytes=max_bytes, slice_memo_bytes=max_bytes)
+    budget = "auto" if max_bytes is None else int(max_bytes)
+    set_config(statistics_cache_bytes=budget, slice_memo_bytes=budget)
     clear_statistics_cache()
 
 

@@ -344,8 +344,10 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
     and so estimated within a factor 1.25 of the best measured time is fitted
     once to measure it. The rule is deterministic; ``choice_reason_`` says
     which one applied, and the decision is logged at INFO.
-    :func:`clear_plan_history` forgets the measurements (at most 256 keys are
-    kept, least recently used dropped first). The history is per process: the
+    :func:`clear_plan_history` forgets the measurements (at most
+    ``plan_history_size`` keys are kept, 256 by default, least recently used
+    dropped first: :func:`~ilargi_sklearn.set_config`; a root dataset's go with
+    it). The history is per process: the
     worker processes of a parallel search (``n_jobs``) each learn their own.
 
     If the chosen plan fails for a resource reason (``MemoryError``, GPU out of
