@@ -11,6 +11,7 @@ from ilargi_sklearn._backend._plan import (
     Plan,
     UnsupportedOnDeviceError,
 )
+from ilargi_sklearn._config import config_context, get_config, set_config
 from ilargi_sklearn.cluster import FactorizedKMeans
 from ilargi_sklearn.decomposition import (
     FactorizedGNMF,
@@ -68,8 +69,8 @@ def clear_caches() -> None:
       other devices (:meth:`MultiSourceDataset.to_device`; datasets already moved
       keep their data).
 
-    The per-cache functions keep working; the bounds set with
-    ``set_statistics_cache`` and ``set_materialization_cache`` stay.
+    The per-cache functions keep working. The settings (the caches' budgets,
+    :func:`set_config`) stay as they are.
 
     Examples
     --------
@@ -135,4 +136,7 @@ __all__ = [
     "UnsupportedOnDeviceError",
     "__version__",
     "clear_caches",
+    "config_context",
+    "get_config",
+    "set_config",
 ]

@@ -165,6 +165,13 @@ class MultiSourceDataset:
         self._root_token = object()
         self._root_rows: np.ndarray | None = None
         self._root_operator = operator
+        # The digest of ``_root_rows`` once the statistics' key needed it, shared
+        # by the slices of one index array (``_lineage``).
+        self._rows_memo: dict[str, Any] = {}
+        # For an implicit scaling of another dataset's operator (a fitted
+        # scaler's transform): that dataset's lineage record, so that the
+        # statistics of the scaled rows are keyed by the rows they scale.
+        self._scaled_from: Any = None
         # The root's row origin: (base row of each root row or None for
         # arange, number of base rows or None for the root's length, the base
         # frame's index or None). Slices compose it with their root rows.
@@ -577,11 +584,11 @@ class MultiSourceDataset:
         >>> info["entries"], info["misses"]
         (2, 2)
         """
-        from ilargi_sklearn.multisource._cache import _CACHE
+        from ilargi_sklearn.multisource._cache import join_cache_info
         from ilargi_sklearn.multisource._stats_cache import statistics_cache_info
 
         return {
-            "materialized": _CACHE.info(self._root_token),
+            "materialized": join_cache_info(self._root_token),
             "statistics": statistics_cache_info(self),
         }
 
@@ -677,6 +684,10 @@ class MultiSourceDataset:
         )
         out.schema_ = self.schema_
         out._match_report = self._match_report
+        if isinstance(op, AffineOperator) and op.base is self._op:
+            from ilargi_sklearn.multisource._lineage import scaled_from
+
+            out._scaled_from = scaled_from(self)
         if root or self._root_rows is None:
             out._origin = self._origin
         else:
@@ -864,11 +875,21 @@ class MultiSourceDataset:
                 raise IndexError(
                     "MultiSourceDataset selects rows only: use ds[rows] or ds[rows, ...]."
                 )
-        from ilargi_sklearn.multisource._stats_cache import cached_slice
+        from ilargi_sklearn.multisource._slices import gathered_rows
 
-        return cached_slice(self, key, lambda: self._take(key))
+        # A new dataset every time (its attributes are its own); the gathered
+        # rows underneath are shared by the slices of one index array.
+        op, rows, memo = gathered_rows(self, key, lambda: self._gather(key))
+        out = self._like(op, root=True)
+        out._root_token = self._root_token
+        out._root_operator = self._root_operator
+        out._root_rows = rows
+        out._rows_memo = memo
+        return out
 
-    def _take(self, key: Any) -> MultiSourceDataset:
+    def _gather(self, key: Any) -> tuple[Operator, np.ndarray, dict[str, Any]]:
+        """The operator of rows ``key``, the rows in the root, and the memo of
+        their digest (filled by the statistics' key, ``_lineage``)."""
         n = len(self)
         if isinstance(key, slice):
             rows = np.arange(n)[key]
@@ -894,11 +915,8 @@ class MultiSourceDataset:
                     f"rows must be an integer array, a boolean mask or a slice; got "
                     f"dtype {key.dtype} with shape {key.shape}."
                 )
-        out = self._like(self._op.take_rows(rows), root=True)
-        out._root_token = self._root_token
-        out._root_operator = self._root_operator
-        out._root_rows = rows if self._root_rows is None else self._root_rows[rows]
-        return out
+        root_rows = rows if self._root_rows is None else self._root_rows[rows]
+        return self._op.take_rows(rows), root_rows, {}
 
     # --------------------------------------------------------------- operators
     def _operand(self, W: Any) -> Any:
