@@ -11,6 +11,7 @@ from ilargi_sklearn._backend._plan import (
     Plan,
     UnsupportedOnDeviceError,
 )
+from ilargi_sklearn._source_kinds import register_engines
 from ilargi_sklearn.cluster import FactorizedKMeans
 from ilargi_sklearn.decomposition import (
     FactorizedGNMF,
@@ -46,6 +47,8 @@ from ilargi_sklearn.preprocessing import (
 __version__ = "0.1.0"
 
 _compat.install()
+# Dask sources in ``from_matrices``, without ``multisource`` importing Dask's package.
+register_engines()
 
 
 def clear_caches() -> None:

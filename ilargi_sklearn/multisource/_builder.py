@@ -44,6 +44,7 @@ from ilargi_sklearn.multisource._keys import (
     row_number_hints,
     time_zone,
 )
+from ilargi_sklearn.multisource._matrices import _check_dtype, from_matrices
 
 __all__ = [
     "DEFAULT_MIN_MATCH",
@@ -948,7 +949,6 @@ def from_frames(
             handle_unknown=handle_unknown,
             min_match=min_match,
         )
-    from ilargi_sklearn.multisource._multi_source import _check_dtype
 
     if isinstance(joins, Mapping):
         raise TypeError(
@@ -1154,7 +1154,8 @@ def build(
             "schema from the training frames."
         )
     src_prio = sorted(range(len(source_names)), key=lambda k: prio_idx[source_names[k]])
-    ds = MultiSourceDataset._from_matrices(
+    ds = from_matrices(
+        MultiSourceDataset,
         sources,
         indicators,
         mappings,

@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from ilargi_sklearn._backend import RowMap
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
     device_of,
@@ -22,19 +21,14 @@ from ilargi_sklearn._backend._namespace import (
     to_numpy,
 )
 from ilargi_sklearn._backend._plan import DeviceUnavailableError
+from ilargi_sklearn.multisource import _matrices
 from ilargi_sklearn.multisource._interactions import InteractionOperator
+from ilargi_sklearn.multisource._matrices import _check_dtype
 from ilargi_sklearn.multisource._operators import (
     AffineOperator,
     FactorizedMatrix,
     MatrixOperator,
     Operator,
-    Term,
-)
-from ilargi_sklearn.multisource._terms import (
-    build_factorized,
-    check_finite,
-    check_source,
-    indicator_to_index,
 )
 
 __all__ = ["DatasetDescription", "MultiSourceDataset", "as_operator"]
@@ -226,7 +220,8 @@ class MultiSourceDataset:
         and copied: the dataset owns its copies, so that a later write to the
         caller's arrays never changes it (and no kernel reads outside a source).
         """
-        return cls._from_matrices(
+        return _matrices.from_matrices(
+            cls,
             sources,
             indicators,
             mappings,
@@ -234,142 +229,8 @@ class MultiSourceDataset:
             source_names=source_names,
             priority=priority,
             dtype=dtype,
-            copy_indicators=True,
             allow_nan=allow_nan,
         )
-
-    @classmethod
-    def _from_matrices(
-        cls,
-        sources: Sequence[Any],
-        indicators: Sequence[Any],
-        mappings: Sequence[Any] | None = None,
-        feature_names: Sequence[str] | None = None,
-        *,
-        source_names: Sequence[str] | None = None,
-        priority: Sequence[int] | None = None,
-        dtype: Any = np.float64,
-        copy_indicators: bool,
-        allow_nan: bool = False,
-    ) -> MultiSourceDataset:
-        """:meth:`from_matrices`; ``copy_indicators=False`` takes index vectors
-        that nobody else holds (the builder's) without copying them."""
-        if any(type(S).__module__.split(".")[0] == "dask" for S in sources):
-            if allow_nan:
-                raise TypeError("allow_nan=True is not supported for Dask sources.")
-            return _dask_from_matrices(
-                sources,
-                indicators,
-                mappings,
-                feature_names,
-                source_names,
-                priority,
-                dtype,
-            )
-        dtype = _check_dtype(dtype)
-        names = _check_source_names(sources, indicators, source_names)
-        n_sources = len(names)
-        checked = [
-            check_source(S, names[k], dtype, finite=False)
-            for k, S in enumerate(sources)
-        ]
-
-        # Device sources (CuPy, array_api_strict) stay where they are; index vectors
-        # are validated on the host and moved next to them once the terms are built.
-        xp = get_namespace(*checked)
-        on_device = not is_numpy_namespace(xp)
-        idxs: list[np.ndarray | None] = []
-        for k, ind in enumerate(indicators):
-            if ind is None:
-                idxs.append(None)
-            else:
-                if not (isinstance(ind, np.ndarray) or sp.issparse(ind)):
-                    ind = to_numpy(ind) if hasattr(ind, "shape") else ind
-                idx = indicator_to_index(ind, checked[k].shape[0], names[k])
-                if copy_indicators and not sp.issparse(ind):
-                    # The caller keeps its array (or the memory of its Series): a
-                    # later write to it must not reach the dataset.
-                    idx = idx.copy()
-                idxs.append(idx)
-        lengths = {
-            (checked[k].shape[0] if idx is None else idx.shape[0])
-            for k, idx in enumerate(idxs)
-        }
-        if len(lengths) != 1:
-            raise ValueError(
-                f"indicators disagree on the number of target rows: {sorted(lengths)}."
-            )
-        rowmaps = [RowMap(idx, checked[k].shape[0]) for k, idx in enumerate(idxs)]
-
-        if mappings is None:
-            mappings = [None] * n_sources
-        if len(mappings) != n_sources:
-            raise ValueError(f"got {n_sources} sources but {len(mappings)} mappings.")
-        colmaps = []
-        offset = 0
-        for k, (S, cm) in enumerate(zip(checked, mappings)):
-            if cm is None:
-                cm = np.arange(offset, offset + S.shape[1])
-            cm = np.asarray(cm)
-            if cm.ndim != 1 or cm.shape[0] != S.shape[1] or cm.dtype.kind not in "iu":
-                raise ValueError(
-                    f"mapping of source {names[k]!r} must be an integer vector of length "
-                    f"{S.shape[1]} (one target column per source column, -1: unused)."
-                )
-            cm = cm.astype(np.int64)
-            used = cm[cm >= 0]
-            if used.size != np.unique(used).size:
-                raise ValueError(
-                    f"mapping of source {names[k]!r} sends two columns to one target column."
-                )
-            if cm.min(initial=0) < -1:
-                raise ValueError(f"mapping of source {names[k]!r} has values below -1.")
-            colmaps.append(cm)
-            offset = max(offset, int(cm.max(initial=-1)) + 1)
-        n_cols = max((int(cm.max(initial=-1)) + 1 for cm in colmaps), default=0)
-
-        if feature_names is None:
-            feature_names = [""] * n_cols
-            for k, cm in enumerate(colmaps):
-                for j, c in enumerate(cm):
-                    if c >= 0 and not feature_names[c]:
-                        feature_names[c] = f"{names[k]}__{j}"
-            feature_names = [f or f"x{c}" for c, f in enumerate(feature_names)]
-        elif len(feature_names) != n_cols:
-            raise ValueError(
-                f"got {len(feature_names)} feature names for {n_cols} target columns."
-            )
-        feature_names = list(feature_names)
-        seen: set[Any] = set()
-        duplicated = [f for f in feature_names if f in seen or seen.add(f)]
-        if duplicated:
-            raise ValueError(
-                f"feature names must be unique; {sorted(set(map(str, duplicated)))} "
-                "appear more than once."
-            )
-        # Checked here rather than with the sources, to name the offending feature.
-        for k, (S, cm) in enumerate(zip(checked, colmaps)):
-            check_finite(
-                S,
-                names[k],
-                [
-                    feature_names[c] if c >= 0 else f"unused column {j}"
-                    for j, c in enumerate(cm)
-                ],
-                allow_nan=allow_nan,
-            )
-        op = build_factorized(checked, rowmaps, colmaps, n_cols, dtype, priority)
-        if on_device:
-            dev = device_of(checked[0])
-            moved: dict[int, RowMap] = {}
-            terms = []
-            for t in op.terms:
-                if id(t.rows) not in moved:
-                    moved[id(t.rows)] = t.rows.to_namespace(xp, dev)
-                terms.append(Term(t.S, moved[id(t.rows)], t.cols, t.source))
-            op = FactorizedMatrix(terms, op.n_rows, op.n_cols, dtype)
-        base = next((k for k, idx in enumerate(idxs) if idx is None), None)
-        return cls(op, feature_names, names, base_source=base, allows_nan=allow_nan)
 
     @classmethod
     def from_frames(
@@ -401,63 +262,7 @@ class MultiSourceDataset:
         MultiSourceDataset
             Target rows of the first dataset, then those of the second, and so on.
         """
-        datasets = list(datasets)
-        if not datasets:
-            raise ValueError("union needs at least one dataset.")
-        first = datasets[0]
-        for d in datasets:
-            if not isinstance(d, MultiSourceDataset):
-                raise TypeError(
-                    f"union takes MultiSourceDatasets, got {type(d).__name__}."
-                )
-            if not isinstance(d._op, FactorizedMatrix):
-                raise TypeError(
-                    "union takes unscaled datasets (apply scalers after the union)."
-                )
-            if (
-                list(d.feature_names) != list(first.feature_names)
-                or d.dtype != first.dtype
-            ):
-                raise ValueError(
-                    "union needs datasets with the same feature names and dtype."
-                )
-        n_rows = sum(len(d) for d in datasets)
-        terms, names = [], []
-        row_off, src_off = 0, 0
-        for i, d in enumerate(datasets):
-            for t in d._op.terms:
-                idx = np.full(n_rows, -1, dtype=np.int64)
-                idx[row_off : row_off + len(d)] = t.rows.idx
-                terms.append(
-                    Term(
-                        t.S,
-                        RowMap(idx, t.rows.n_source_rows),
-                        t.cols,
-                        t.source + src_off,
-                    )
-                )
-            names += [f"{n}[{i}]" if len(datasets) > 1 else n for n in d.source_names]
-            row_off += len(d)
-            src_off += d.n_sources
-        op = FactorizedMatrix(terms, n_rows, first.shape[1], first.dtype)
-        out = cls(
-            op,
-            first.feature_names,
-            names,
-            categories=first.categories_,
-            allows_nan=any(d.allows_nan for d in datasets),
-        )
-        out.schema_ = (
-            first.schema_ if all(d.schema_ == first.schema_ for d in datasets) else None
-        )
-        # The union's base table is the parts' base tables one after the other.
-        origin, offset = [], 0
-        for d in datasets:
-            r = d.base_rows_
-            origin.append(np.where(r >= 0, r + offset, -1))
-            offset += d.n_base_rows_
-        out._set_origin(np.concatenate(origin), offset, None)
-        return out
+        return _matrices.union(cls, datasets)
 
     # -------------------------------------------------------------- properties
     @property
@@ -1197,29 +1002,6 @@ class _Transposed:
         return f"{self._ds!r}.T"
 
 
-def _dask_from_matrices(
-    sources: Sequence[Any],
-    indicators: Sequence[Any],
-    mappings: Any,
-    feature_names: Any,
-    source_names: Any,
-    priority: Any,
-    dtype: Any,
-) -> MultiSourceDataset:
-    """A Dask source in ``from_matrices``: the Dask-backed dataset of the same data."""
-    if mappings is not None or priority is not None:
-        raise TypeError(
-            "a Dask source needs a Dask-backed dataset, which takes the sources' "
-            "columns in order: build it with ilargi_sklearn.distributed.dask_dataset "
-            "(without mappings and priority)."
-        )
-    from ilargi_sklearn.distributed import dask_dataset
-
-    return dask_dataset(
-        sources, indicators, feature_names, source_names=source_names, dtype=dtype
-    )
-
-
 def _device_key(xp: Any, device: Any) -> tuple[str, str]:
     if is_numpy_namespace(xp):
         return ("numpy", "cpu")
@@ -1248,37 +1030,6 @@ def _resolve_device(device: Any, namespace: Any) -> tuple[Any, Any, tuple[str, s
         f"device must be 'cpu' or 'gpu' (or a device object with namespace=...), "
         f"got {device!r}."
     )
-
-
-def _check_source_names(
-    sources: Sequence[Any], indicators: Sequence[Any], source_names: Any
-) -> list[str]:
-    """Check the source and indicator counts; return the (default) source names."""
-    n_sources = len(sources)
-    if n_sources == 0:
-        raise ValueError("at least one source is required.")
-    if len(indicators) != n_sources:
-        raise ValueError(f"got {n_sources} sources but {len(indicators)} indicators.")
-    names = (
-        list(source_names)
-        if source_names is not None
-        else [f"s{k}" for k in range(n_sources)]
-    )
-    if len(names) != n_sources or len(set(names)) != n_sources:
-        raise ValueError(
-            f"source_names must be {n_sources} distinct names, got {names}."
-        )
-    return names
-
-
-def _check_dtype(dtype: Any) -> np.dtype:
-    try:
-        dtype = np.dtype(dtype)
-    except TypeError:
-        raise ValueError(f"dtype must be float32 or float64, got {dtype!r}.") from None
-    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise ValueError(f"dtype must be float32 or float64, got {dtype}.")
-    return dtype
 
 
 def as_operator(X: Any) -> Operator:
