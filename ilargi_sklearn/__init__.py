@@ -94,8 +94,8 @@ def clear_caches() -> None:
     False
     """
     from ilargi_sklearn.multisource._cache import clear_materialization_cache
-    from ilargi_sklearn.multisource._multi_source import drop_device_copies
     from ilargi_sklearn.multisource._operators import drop_fused_layouts
+    from ilargi_sklearn.multisource._placement import drop_device_copies
     from ilargi_sklearn.multisource._stats_cache import clear_statistics_cache
     from ilargi_sklearn.planner._auto import clear_plan_history
     from ilargi_sklearn.planner._features import _DATA_FEATURES

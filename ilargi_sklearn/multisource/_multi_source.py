@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numbers
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,8 +19,7 @@ from ilargi_sklearn._backend._namespace import (
     is_numpy_namespace,
     to_numpy,
 )
-from ilargi_sklearn._backend._plan import DeviceUnavailableError
-from ilargi_sklearn.multisource import _matrices
+from ilargi_sklearn.multisource import _matrices, _placement
 from ilargi_sklearn.multisource._interactions import InteractionOperator
 from ilargi_sklearn.multisource._matrices import _check_dtype
 from ilargi_sklearn.multisource._operators import (
@@ -74,19 +72,6 @@ class DatasetDescription:
         return "\n".join(lines)
 
     __repr__ = __str__
-
-
-#: Root operators that hold copies of their dataset on other devices (weakly).
-_DEVICE_COPY_HOLDERS: weakref.WeakSet = weakref.WeakSet()
-
-
-def drop_device_copies() -> None:
-    """Forget the cached device copies of every root dataset
-    (``ilargi_sklearn.clear_caches``): the next :meth:`~MultiSourceDataset.to_device`
-    copies the sources as they are then. Datasets already moved keep their data."""
-    for op in list(_DEVICE_COPY_HOLDERS):
-        op.__dict__.pop("_device_copies", None)
-    _DEVICE_COPY_HOLDERS.clear()
 
 
 class MultiSourceDataset:
@@ -438,29 +423,7 @@ class MultiSourceDataset:
         RuntimeError
             For "gpu" without a usable GPU; the message carries the probe's reason.
         """
-        xp, dev, key = _resolve_device(device, namespace)
-        op = self._op
-        if op.xp is xp or (is_numpy_namespace(xp) and is_numpy_namespace(op.xp)):
-            if dev is None or is_numpy_namespace(xp) or op.device == dev:
-                return self
-        root_op = self._root_operator
-        copies = getattr(root_op, "_device_copies", None)
-        if copies is None:
-            copies = {}
-            root_op._device_copies = copies
-            _DEVICE_COPY_HOLDERS.add(root_op)
-        root = copies.get(key)
-        if root is None:
-            root = self._like(root_op.to_namespace(xp, dev), root=True)
-            # The way back: the moved root knows the dataset it came from.
-            home = self._like(root_op, root=True)
-            home._root_token = self._root_token
-            back_key = _device_key(op.xp, op.device)
-            root._root_operator._device_copies = {back_key: home}
-            copies[key] = root
-        if self._root_rows is None:
-            return root
-        return root[self._root_rows]
+        return _placement.to_device(self, device, namespace=namespace)
 
     def _like(
         self, op: Operator, *, root: bool = False, feature_names: Any = None
@@ -1000,36 +963,6 @@ class _Transposed:
 
     def __repr__(self) -> str:
         return f"{self._ds!r}.T"
-
-
-def _device_key(xp: Any, device: Any) -> tuple[str, str]:
-    if is_numpy_namespace(xp):
-        return ("numpy", "cpu")
-    return (xp.__name__, str(device))
-
-
-def _resolve_device(device: Any, namespace: Any) -> tuple[Any, Any, tuple[str, str]]:
-    """``(xp, device, cache key)`` for :meth:`MultiSourceDataset.to_device`."""
-    if namespace is not None:
-        return namespace, device, _device_key(namespace, device)
-    if device == "cpu":
-        xp = get_namespace()
-        return xp, "cpu", _device_key(xp, "cpu")
-    if device == "gpu":
-        from ilargi_sklearn._backend._gpu import probe_gpu
-
-        usable, reason = probe_gpu()
-        if not usable:
-            raise DeviceUnavailableError(
-                f"device='gpu' was requested but no GPU is usable: {reason}."
-            )
-        import array_api_compat.cupy as xp_cupy
-
-        return xp_cupy, None, ("array_api_compat.cupy", "gpu")
-    raise ValueError(
-        f"device must be 'cpu' or 'gpu' (or a device object with namespace=...), "
-        f"got {device!r}."
-    )
 
 
 def as_operator(X: Any) -> Operator:

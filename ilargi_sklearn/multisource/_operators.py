@@ -196,10 +196,7 @@ class Operator(ABC):
     prefers_products: bool = False
 
     def __getstate__(self) -> dict[str, Any]:
-        # The copies of a root dataset on other devices
-        # (``MultiSourceDataset.to_device``) are a cache, made again on demand.
         state = dict(self.__dict__)
-        state.pop("_device_copies", None)
         if any(isinstance(v, types.ModuleType) for v in state.values()):
             # A device operator holds its namespace (a module, which does not
             # pickle) and device arrays: say so, instead of pickle's message.
