@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -19,8 +18,8 @@ from ilargi_sklearn._backend._namespace import (
     is_numpy_namespace,
     to_numpy,
 )
-from ilargi_sklearn.multisource import _matrices, _placement
-from ilargi_sklearn.multisource._interactions import InteractionOperator
+from ilargi_sklearn.multisource import _describe, _matrices, _placement
+from ilargi_sklearn.multisource._describe import DatasetDescription
 from ilargi_sklearn.multisource._matrices import _check_dtype
 from ilargi_sklearn.multisource._operators import (
     AffineOperator,
@@ -30,48 +29,6 @@ from ilargi_sklearn.multisource._operators import (
 )
 
 __all__ = ["DatasetDescription", "MultiSourceDataset", "as_operator"]
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"  # pragma: no cover
-
-
-@dataclass
-class DatasetDescription:
-    """Schema and redundancy figures of a :class:`MultiSourceDataset`.
-
-    Attributes
-    ----------
-    sources : pandas.DataFrame
-        One row per source: rows, columns, stored non-zeros, bytes, tuple ratio
-        (target rows / source rows), feature ratio (source columns / base columns)
-        and the fraction of target rows it matches.
-    summary : dict
-        Target rows and columns, non-zeros of the sources and of the joined matrix,
-        bytes factorized vs materialized (dense and CSR) and their ratio.
-    """
-
-    sources: pd.DataFrame
-    summary: dict[str, Any] = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        s = self.summary
-        lines = [
-            f"target: {s['n_rows']:,} rows x {s['n_features']:,} features",
-            self.sources.to_string(),
-            f"non-zeros: sources {s['nnz_sources']:,}, joined {s['nnz_joined']:,} "
-            f"({s['nnz_ratio']:.2f}x)",
-            f"bytes: factorized {_fmt_bytes(s['bytes_factorized'])}, joined "
-            f"{_fmt_bytes(s['bytes_materialized'])} as {s['materialized_format']} "
-            f"({s['bytes_ratio']:.2f}x)",
-        ]
-        return "\n".join(lines)
-
-    __repr__ = __str__
 
 
 class MultiSourceDataset:
@@ -471,23 +428,7 @@ class MultiSourceDataset:
         ``repeated_keys`` (a few keys that matched several rows). None for
         datasets built from matrices.
         """
-        if self._match_report is None:
-            return None
-        columns = [
-            "how",
-            "on",
-            "rows",
-            "matched",
-            "fraction",
-            "null_keys",
-            "unmatched_keys",
-            "hazards",
-            "rows_out",
-            "fan_out",
-            "repeated_keys",
-        ]
-        frame = pd.DataFrame(self._match_report, columns=["join", *columns])
-        return frame.set_index("join")
+        return _describe.match_report_frame(self._match_report)
 
     # ------------------------------------------------------------- row origin
     @property
@@ -842,97 +783,10 @@ class MultiSourceDataset:
 
     def describe(self) -> DatasetDescription:
         """Schema and redundancy figures (see :class:`DatasetDescription`)."""
-        if isinstance(self._op, InteractionOperator):
-            raise TypeError(
-                "describe() reports the joins of a dataset; this one holds implicit "
-                "polynomial features of another: describe that dataset (the input "
-                "of FactorizedPolynomialFeatures) instead."
-            )
-        fm = self._factorized()
-        n_rows, n_cols = self.shape
-        rows: dict[int, dict[str, Any]] = {}
-        seen: set[int] = set()
-        for t in fm.terms:
-            r = rows.setdefault(
-                t.source,
-                {
-                    "rows": t.S.shape[0],
-                    "columns": 0,
-                    "nnz": 0,
-                    "bytes": 0,
-                    "sparse": t.is_sparse,
-                    "matched": 0.0,
-                },
-            )
-            r["columns"] += t.S.shape[1]
-            S = t.S
-            if id(S) not in seen:
-                seen.add(id(S))
-                r["nnz"] += int(S.nnz if sp.issparse(S) else np.count_nonzero(S))
-                r["bytes"] += int(
-                    S.data.nbytes + S.indices.nbytes + S.indptr.nbytes
-                    if sp.issparse(S)
-                    else S.nbytes
-                )
-            r["matched"] = max(
-                r["matched"], float(t.rows.matched.mean()) if n_rows else 0.0
-            )
-        base_cols = (
-            rows[self._base_source]["columns"] if self._base_source in rows else 0
-        )
-        table = pd.DataFrame.from_dict(rows, orient="index").sort_index()
-        table.index = [self._source_names[k] for k in table.index]
-        table["tuple_ratio"] = n_rows / table["rows"].clip(lower=1)
-        # Without base features (a relationship table) every source is infinitely
-        # wider than the base.
-        table["feature_ratio"] = table["columns"] / base_cols if base_cols else np.inf
-        nnz_joined = fm.nnz()
-        itemsize = self.dtype.itemsize
-        sparse = fm.is_sparse
-        dense_bytes = n_rows * n_cols * itemsize
-        csr_bytes = nnz_joined * (itemsize + 4) + (n_rows + 1) * 8
-        mat_bytes = csr_bytes if sparse else dense_bytes
-        nnz_sources = int(table["nnz"].sum())
-        summary = {
-            "n_rows": n_rows,
-            "n_features": n_cols,
-            "n_sources": self.n_sources,
-            "nnz_sources": nnz_sources,
-            "nnz_joined": nnz_joined,
-            "nnz_ratio": nnz_joined / max(nnz_sources, 1),
-            "bytes_factorized": self.nbytes,
-            "bytes_materialized": mat_bytes,
-            "bytes_dense": dense_bytes,
-            "bytes_csr": csr_bytes,
-            "materialized_format": "CSR" if sparse else "dense",
-            "bytes_ratio": mat_bytes / max(self.nbytes, 1),
-        }
-        return DatasetDescription(table, summary)
+        return _describe.describe(self)
 
     def __repr__(self) -> str:
-        try:
-            fm = self._factorized()
-        except TypeError:
-            # Operators without in-memory terms (a Dask-backed dataset): no per-source
-            # breakdown without touching the cluster.
-            return (
-                f"MultiSourceDataset({len(self):,} rows x {self.shape[1]} features, "
-                f"{self.n_sources} sources on {type(self._op).__name__}; {self.dtype})"
-            )
-        parts: dict[int, list[int]] = {}
-        for t in fm.terms:
-            p = parts.setdefault(t.source, [t.S.shape[0], 0, int(t.is_sparse)])
-            p[1] += t.S.shape[1]
-        srcs = ", ".join(
-            f"{self._source_names[k]} {r:,}x{c}{' sparse' if s else ''}"
-            for k, (r, c, s) in sorted(parts.items())
-        )
-        scaled = ", scaled" if isinstance(self._op, AffineOperator) else ""
-        return (
-            f"MultiSourceDataset({len(self):,} rows x {self.shape[1]} features, "
-            f"{self.n_sources} sources: {srcs}; {self.dtype}{scaled}, "
-            f"{_fmt_bytes(self.nbytes)})"
-        )
+        return _describe.dataset_repr(self)
 
 
 class _Transposed:
