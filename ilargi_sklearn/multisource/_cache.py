@@ -18,18 +18,20 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ilargi_sklearn._backend._ops import nbytes
-from ilargi_sklearn.multisource._multi_source import MultiSourceDataset
 from ilargi_sklearn.multisource._operators import (
     AffineOperator,
     FactorizedMatrix,
     MatrixOperator,
     Operator,
 )
+
+if TYPE_CHECKING:  # the container stands above its caches
+    from ilargi_sklearn.multisource._multi_source import MultiSourceDataset
 
 __all__ = [
     "clear_materialization_cache",
@@ -275,4 +277,4 @@ def materialized_dataset(
         Whether the joined matrix came from the cache.
     """
     op, hit = materialized_operator(ds, device)
-    return MultiSourceDataset(op, ds.feature_names, ds.source_names), hit
+    return type(ds)(op, ds.feature_names, ds.source_names), hit

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,23 @@ from ilargi_sklearn.multisource._operators import (
 )
 
 __all__ = ["DatasetDescription", "MultiSourceDataset", "as_operator"]
+
+
+def _no_frames_builder(*args: Any, **kwargs: Any) -> Any:  # pragma: no cover
+    raise RuntimeError("ilargi_sklearn.multisource._frames did not register.")
+
+
+#: ``from_frames`` (``multisource._frames``). The join builder stands above the
+#: container (it makes datasets, and so do the schemas it records), so the
+#: container cannot import it: that module registers it when it loads, which
+#: ``import ilargi_sklearn.multisource`` always does.
+_frames_builder: Callable[..., Any] = _no_frames_builder
+
+
+def register_frames_builder(build: Callable[..., Any]) -> None:
+    """Set the builder behind :meth:`MultiSourceDataset.from_frames`."""
+    global _frames_builder
+    _frames_builder = build
 
 
 class MultiSourceDataset:
@@ -186,9 +203,7 @@ class MultiSourceDataset:
 
         See :func:`ilargi_sklearn.multisource.from_frames` for the parameters.
         """
-        from ilargi_sklearn.multisource._builder import from_frames
-
-        return from_frames(base, base_features, joins, **kwargs)
+        return _frames_builder(base, base_features, joins, **kwargs)
 
     @classmethod
     def union(cls, datasets: Sequence[MultiSourceDataset]) -> MultiSourceDataset:
