@@ -44,7 +44,7 @@ from ilargi_sklearn.multisource._keys import (
     row_number_hints,
     time_zone,
 )
-from ilargi_sklearn.multisource._matrices import from_matrices
+from ilargi_sklearn.multisource._matrices import _from_matrices
 
 __all__ = [
     "DEFAULT_MIN_MATCH",
@@ -1010,7 +1010,7 @@ def build(
             "schema from the training frames."
         )
     src_prio = sorted(range(len(source_names)), key=lambda k: prio_idx[source_names[k]])
-    ds = from_matrices(
+    ds = _from_matrices(
         MultiSourceDataset,
         sources,
         indicators,

@@ -3,8 +3,9 @@
 It turns the arguments into a :class:`DatasetSchema` (or takes a given one) and has
 the join builder build it. It stands above the builder and the schema (both of
 which make datasets), so :meth:`MultiSourceDataset.from_frames` cannot import it:
-this module registers it with the container when it loads, and
-``import ilargi_sklearn.multisource`` always loads it.
+this module registers it with ``multisource._matrices`` (the container's
+constructors) when it loads, and ``import ilargi_sklearn.multisource`` always
+loads it.
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ from ilargi_sklearn.multisource._builder import (
     build,
 )
 from ilargi_sklearn.multisource._encoding import Impute
-from ilargi_sklearn.multisource._matrices import _check_dtype
-from ilargi_sklearn.multisource._multi_source import register_frames_builder
+from ilargi_sklearn.multisource._matrices import _check_dtype, register_frames_builder
 from ilargi_sklearn.multisource._schema import DatasetSchema
 
 __all__ = ["from_frames"]

@@ -36,7 +36,13 @@ from ilargi_sklearn.multisource._terms import (
     indicator_to_index,
 )
 
-__all__ = ["from_matrices", "register_source_kind", "union"]
+__all__ = [
+    "from_frames",
+    "from_matrices",
+    "register_frames_builder",
+    "register_source_kind",
+    "union",
+]
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,37 @@ def register_source_kind(
     Registering a name again replaces its kind.
     """
     _SOURCE_KINDS[name] = SourceKind(name, claims, build)
+
+
+def _no_frames_builder(*args: Any, **kwargs: Any) -> Any:  # pragma: no cover
+    raise RuntimeError("ilargi_sklearn.multisource._frames did not register.")
+
+
+#: ``from_frames`` (``multisource._frames``). The join builder stands above the
+#: container (it makes datasets, and so do the schemas it records), so neither
+#: the container nor this module can import it: it registers here when it loads,
+#: which ``import ilargi_sklearn.multisource`` always does.
+_frames_builder: Callable[..., Any] = _no_frames_builder
+
+
+def register_frames_builder(build: Callable[..., Any]) -> None:
+    """Set the builder behind :meth:`MultiSourceDataset.from_frames`."""
+    global _frames_builder
+    _frames_builder = build
+
+
+def from_frames(
+    cls: type,
+    base: Any,
+    base_features: Sequence[str] = (),
+    joins: Sequence[Any] = (),
+    **kwargs: Any,
+) -> Any:
+    """Build a dataset from DataFrames and :class:`Join` specifications.
+
+    See :func:`ilargi_sklearn.multisource.from_frames` for the parameters.
+    """
+    return _frames_builder(base, base_features, joins, **kwargs)
 
 
 def _source_kind(sources: Sequence[Any]) -> SourceKind | None:
@@ -117,14 +154,75 @@ def from_matrices(
     source_names: Sequence[str] | None = None,
     priority: Sequence[int] | None = None,
     dtype: Any = np.float64,
-    copy_indicators: bool = True,
     allow_nan: bool = False,
 ) -> Any:
-    """:meth:`MultiSourceDataset.from_matrices` for the dataset class ``cls``.
+    """Build a dataset from source matrices, indicators and mappings.
 
-    ``copy_indicators=False`` takes index vectors that nobody else holds (the
-    frame builder's) without copying them.
+    Parameters
+    ----------
+    sources : list of {ndarray, sparse matrix}
+        Source ``k`` has shape ``(r_k, c_k)``.
+    indicators : list of {ndarray of int, sparse matrix, None}
+        Indicator of each source: an index vector of length ``n_rows`` (source
+        row of each target row, -1 for no match), a sparse binary matrix of shape
+        ``(n_rows, r_k)`` with at most one 1 per row, or None for the identity.
+    mappings : list of {ndarray of int, None}, optional
+        Target column of each source column (-1: unused). None (the default)
+        concatenates the sources' columns in order.
+    feature_names : list of str, optional
+        Names of the target columns; default ``"{source}__{j}"``.
+    source_names : list of str, optional
+        Default ``"s0", "s1", ...``.
+    priority : list of int, optional
+        Ownership order for target columns that several sources supply; default
+        the order of the sources (DESIGN.md 2.1).
+    dtype : {np.float64, np.float32}, default=np.float64
+        Dtype of the sources and of every operator result.
+    allow_nan : bool, default=False
+        Keep NaN in the sources as missing values (infinite values still
+        raise). Such a dataset is taken by the estimators that route missing
+        values (the gradient-boosted trees); the others raise a
+        ``ValueError`` on it, and its products propagate NaN.
+
+    Returns
+    -------
+    MultiSourceDataset
+
+    Notes
+    -----
+    Index vectors are checked (integers in ``[-1, r_k)``, one per target row)
+    and copied: the dataset owns its copies, so that a later write to the
+    caller's arrays never changes it (and no kernel reads outside a source).
     """
+    return _from_matrices(
+        cls,
+        sources,
+        indicators,
+        mappings,
+        feature_names,
+        source_names=source_names,
+        priority=priority,
+        dtype=dtype,
+        copy_indicators=True,
+        allow_nan=allow_nan,
+    )
+
+
+def _from_matrices(
+    cls: type,
+    sources: Sequence[Any],
+    indicators: Sequence[Any],
+    mappings: Sequence[Any] | None,
+    feature_names: Sequence[str] | None,
+    *,
+    source_names: Sequence[str] | None,
+    priority: Sequence[int] | None,
+    dtype: Any,
+    copy_indicators: bool,
+    allow_nan: bool,
+) -> Any:
+    """:func:`from_matrices`; ``copy_indicators=False`` takes index vectors that
+    nobody else holds (the frame builder's) without copying them."""
     kind = _source_kind(sources)
     if kind is not None:
         return kind.build(
@@ -261,7 +359,18 @@ def _check_feature_names(
 
 
 def union(cls: type, datasets: Sequence[Any]) -> Any:
-    """:meth:`MultiSourceDataset.union` for the dataset class ``cls``."""
+    """Stack same-schema datasets row-wise without copying their sources.
+
+    Parameters
+    ----------
+    datasets : list of MultiSourceDataset
+        Datasets with identical feature names and dtype.
+
+    Returns
+    -------
+    MultiSourceDataset
+        Target rows of the first dataset, then those of the second, and so on.
+    """
     datasets = list(datasets)
     if not datasets:
         raise ValueError("union needs at least one dataset.")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -12,14 +12,16 @@ import scipy.sparse as sp
 
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
-    device_of,
-    get_namespace,
-    is_cupy_namespace,
     is_numpy_namespace,
-    to_numpy,
 )
-from ilargi_sklearn.multisource import _describe, _matrices, _placement
-from ilargi_sklearn.multisource._describe import DatasetDescription
+from ilargi_sklearn.multisource import (
+    _cache_info,
+    _describe,
+    _matrices,
+    _origin,
+    _placement,
+)
+from ilargi_sklearn.multisource._describe import DatasetDescription  # noqa: F401
 from ilargi_sklearn.multisource._matrices import _check_dtype
 from ilargi_sklearn.multisource._operators import (
     AffineOperator,
@@ -29,23 +31,6 @@ from ilargi_sklearn.multisource._operators import (
 )
 
 __all__ = ["DatasetDescription", "MultiSourceDataset", "as_operator"]
-
-
-def _no_frames_builder(*args: Any, **kwargs: Any) -> Any:  # pragma: no cover
-    raise RuntimeError("ilargi_sklearn.multisource._frames did not register.")
-
-
-#: ``from_frames`` (``multisource._frames``). The join builder stands above the
-#: container (it makes datasets, and so do the schemas it records), so the
-#: container cannot import it: that module registers it when it loads, which
-#: ``import ilargi_sklearn.multisource`` always does.
-_frames_builder: Callable[..., Any] = _no_frames_builder
-
-
-def register_frames_builder(build: Callable[..., Any]) -> None:
-    """Set the builder behind :meth:`MultiSourceDataset.from_frames`."""
-    global _frames_builder
-    _frames_builder = build
 
 
 class MultiSourceDataset:
@@ -127,99 +112,10 @@ class MultiSourceDataset:
             None,
         )
 
-    # ---------------------------------------------------------------- builders
-    @classmethod
-    def from_matrices(
-        cls,
-        sources: Sequence[Any],
-        indicators: Sequence[Any],
-        mappings: Sequence[Any] | None = None,
-        feature_names: Sequence[str] | None = None,
-        *,
-        source_names: Sequence[str] | None = None,
-        priority: Sequence[int] | None = None,
-        dtype: Any = np.float64,
-        allow_nan: bool = False,
-    ) -> MultiSourceDataset:
-        """Build a dataset from source matrices, indicators and mappings.
-
-        Parameters
-        ----------
-        sources : list of {ndarray, sparse matrix}
-            Source ``k`` has shape ``(r_k, c_k)``.
-        indicators : list of {ndarray of int, sparse matrix, None}
-            Indicator of each source: an index vector of length ``n_rows`` (source
-            row of each target row, -1 for no match), a sparse binary matrix of shape
-            ``(n_rows, r_k)`` with at most one 1 per row, or None for the identity.
-        mappings : list of {ndarray of int, None}, optional
-            Target column of each source column (-1: unused). None (the default)
-            concatenates the sources' columns in order.
-        feature_names : list of str, optional
-            Names of the target columns; default ``"{source}__{j}"``.
-        source_names : list of str, optional
-            Default ``"s0", "s1", ...``.
-        priority : list of int, optional
-            Ownership order for target columns that several sources supply; default
-            the order of the sources (DESIGN.md 2.1).
-        dtype : {np.float64, np.float32}, default=np.float64
-            Dtype of the sources and of every operator result.
-        allow_nan : bool, default=False
-            Keep NaN in the sources as missing values (infinite values still
-            raise). Such a dataset is taken by the estimators that route missing
-            values (the gradient-boosted trees); the others raise a
-            ``ValueError`` on it, and its products propagate NaN.
-
-        Returns
-        -------
-        MultiSourceDataset
-
-        Notes
-        -----
-        Index vectors are checked (integers in ``[-1, r_k)``, one per target row)
-        and copied: the dataset owns its copies, so that a later write to the
-        caller's arrays never changes it (and no kernel reads outside a source).
-        """
-        return _matrices.from_matrices(
-            cls,
-            sources,
-            indicators,
-            mappings,
-            feature_names,
-            source_names=source_names,
-            priority=priority,
-            dtype=dtype,
-            allow_nan=allow_nan,
-        )
-
-    @classmethod
-    def from_frames(
-        cls,
-        base: pd.DataFrame,
-        base_features: Sequence[str] = (),
-        joins: Sequence[Any] = (),
-        **kwargs: Any,
-    ) -> MultiSourceDataset:
-        """Build a dataset from DataFrames and :class:`Join` specifications.
-
-        See :func:`ilargi_sklearn.multisource.from_frames` for the parameters.
-        """
-        return _frames_builder(base, base_features, joins, **kwargs)
-
-    @classmethod
-    def union(cls, datasets: Sequence[MultiSourceDataset]) -> MultiSourceDataset:
-        """Stack same-schema datasets row-wise without copying their sources.
-
-        Parameters
-        ----------
-        datasets : list of MultiSourceDataset
-            Datasets with identical feature names and dtype.
-
-        Returns
-        -------
-        MultiSourceDataset
-            Target rows of the first dataset, then those of the second, and so on.
-        """
-        return _matrices.union(cls, datasets)
+    # ------------------------------------------------- builders (_matrices.py)
+    from_matrices = classmethod(_matrices.from_matrices)
+    from_frames = classmethod(_matrices.from_frames)
+    union = classmethod(_matrices.union)
 
     # -------------------------------------------------------------- properties
     @property
@@ -246,25 +142,6 @@ class MultiSourceDataset:
         (``from_matrices(allow_nan=True)``, ``Join(impute="missing")``)."""
         return getattr(self, "_allows_nan", False)
 
-    def nan_source(self) -> str | None:
-        """The name of a source holding NaN (None when none does).
-
-        Only a dataset that :attr:`allows_nan` can hold NaN; the answer is
-        computed once (the sources are never modified).
-        """
-        if not self.allows_nan:
-            return None
-        if getattr(self, "_has_nan", None) is None:
-            found: str | bool = False
-            for t in self._factorized().terms:
-                S = to_numpy(t.S)
-                vals = S.data if sp.issparse(S) else S
-                if np.isnan(vals).any():
-                    found = self._source_names[t.source]
-                    break
-            self._has_nan = found
-        return self._has_nan or None
-
     @property
     def source_names(self) -> list[str]:
         return list(self._source_names)
@@ -278,82 +155,6 @@ class MultiSourceDataset:
         """The operator behind the dataset (what the kernels compute with)."""
         return self._op
 
-    def operator_for(self, strategy: str = "factorized") -> Operator:
-        """The operator a fit with ``strategy`` computes with.
-
-        ``"factorized"``: :attr:`operator`. ``"materialized"``: the operator over
-        the joined matrix, under the same implicit scaling and centering; the join
-        of the root dataset (the one row slices come from) is built once and
-        cached for every fit on it and its slices (a grid search's folds), see
-        :func:`~ilargi_sklearn.planner.set_materialization_cache`. This is the one
-        place where the package decides to build the join.
-
-        Parameters
-        ----------
-        strategy : {"factorized", "materialized"}
-
-        Returns
-        -------
-        Operator
-        """
-        from ilargi_sklearn.multisource._cache import materialized_operator
-
-        if strategy == "factorized":
-            return self._op
-        if strategy != "materialized":
-            raise ValueError(
-                f"strategy must be 'factorized' or 'materialized', got {strategy!r}."
-            )
-        return materialized_operator(self, self._cache_device())[0]
-
-    def cache_info(self) -> dict[str, Any]:
-        """What the package's caches hold for this dataset's root.
-
-        A row slice (a cross-validation fold) shares its root's entries, so this
-        reports the same for the root and every slice of it.
-
-        Returns
-        -------
-        dict
-            ``"materialized"``: the root's joined matrix (``devices`` it is cached
-            for, ``bytes``), see
-            :func:`~ilargi_sklearn.planner.set_materialization_cache`;
-            ``"statistics"``: the gram-based fits' sufficient statistics
-            (``entries``, ``bytes``, ``hits``, ``misses``, ``downdates`` and
-            ``fallbacks`` of the downdating guard, the cache's ``budget_bytes`` and
-            ``total_bytes`` over all datasets), see
-            :func:`~ilargi_sklearn.multisource.set_statistics_cache`.
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> from ilargi_sklearn import MultiSourceDataset
-        >>> from ilargi_sklearn.linear_model import FactorizedRidge
-        >>> rng = np.random.default_rng(0)
-        >>> ds = MultiSourceDataset.from_matrices(
-        ...     [rng.normal(size=(8, 2)), rng.normal(size=(3, 2))],
-        ...     [None, np.array([0, 1, 2, 0, 1, 2, 0, 1])],
-        ... )
-        >>> _ = FactorizedRidge().fit(ds, rng.normal(size=8))
-        >>> info = ds.cache_info()["statistics"]
-        >>> info["entries"], info["misses"]
-        (2, 2)
-        """
-        from ilargi_sklearn.multisource._cache import _CACHE
-        from ilargi_sklearn.multisource._stats_cache import statistics_cache_info
-
-        return {
-            "materialized": _CACHE.info(self._root_token),
-            "statistics": statistics_cache_info(self),
-        }
-
-    def _cache_device(self) -> str:
-        """The materialization cache's key for where the sources live (a plan's
-        device name where it is one)."""
-        if is_numpy_namespace(self._op.xp):
-            return "cpu"
-        return "gpu" if is_cupy_namespace(self._op.xp) else str(self.device)
-
     @property
     def nbytes(self) -> int:
         """Bytes held by sources and index vectors (shared sources counted once)."""
@@ -366,36 +167,6 @@ class MultiSourceDataset:
     def device(self) -> Any:
         """Where the sources live: ``"cpu"`` for NumPy/SciPy, else their device."""
         return self._op.device
-
-    def to_device(self, device: Any = "cpu", *, namespace: Any = None) -> Any:
-        """The same dataset with sources and index vectors on ``device``.
-
-        The move happens once per dataset: the copy of the root dataset (the one
-        that row slices come from) is cached on it, and a row slice moved to a
-        device takes its rows from that copy (a grid search does not re-upload
-        per fold). Index vectors are int32 on the device.
-
-        Parameters
-        ----------
-        device : {"cpu", "gpu"} or device object, default="cpu"
-            "gpu" uses CuPy on the current CUDA device and requires a usable GPU
-            (:func:`ilargi_sklearn._backend._gpu.probe_gpu`). Another namespace's
-            device object (for example ``array_api_strict.Device("device1")``)
-            needs ``namespace``.
-        namespace : module, optional
-            Array namespace for a device object (testing without a GPU).
-
-        Returns
-        -------
-        MultiSourceDataset
-            ``self`` when the data already is there.
-
-        Raises
-        ------
-        RuntimeError
-            For "gpu" without a usable GPU; the message carries the probe's reason.
-        """
-        return _placement.to_device(self, device, namespace=namespace)
 
     def _like(
         self, op: Operator, *, root: bool = False, feature_names: Any = None
@@ -422,149 +193,6 @@ class MultiSourceDataset:
         else:
             out._origin = (self.base_rows_, self.n_base_rows_, self._origin[2])
         return out
-
-    def _set_origin(
-        self, rows: np.ndarray | None, n_base_rows: int, index: Any
-    ) -> None:
-        """Record the base row of each row (None: row ``i`` is base row ``i``)."""
-        self._origin = (rows, int(n_base_rows), index)
-
-    @property
-    def match_report_(self) -> pd.DataFrame | None:
-        """How each join matched, one row per join (datasets built from frames).
-
-        Columns: ``how``, ``on`` (the key equation), ``rows`` (rows the join was
-        applied to: those its left table matched), ``matched``, ``fraction``,
-        ``null_keys`` (rows whose key is missing: they match nothing),
-        ``unmatched_keys`` (a few key values that found no partner), ``hazards``
-        (likely key mistakes, looked for whenever a key is unmatched),
-        ``rows_out`` (rows after the join), ``fan_out`` (rows of the table per
-        matched row: 1 for a lookup, more where keys repeat in the table) and
-        ``repeated_keys`` (a few keys that matched several rows). None for
-        datasets built from matrices.
-        """
-        return _describe.match_report_frame(self._match_report)
-
-    # ------------------------------------------------------------- row origin
-    @property
-    def base_rows_(self) -> np.ndarray:
-        """The base-table row each dataset row comes from (-1: none).
-
-        Inner joins drop base rows and one-to-many joins repeat them, so the
-        dataset's rows are no longer the base table's: row ``i`` comes from base
-        row ``base_rows_[i]``; -1 marks rows an outer join added from another table.
-        It stays right through row slicing (``ds[rows]``), :meth:`union` (the parts'
-        base tables one after the other), ``via`` joins and relationship tables
-        without base features. Datasets built from matrices are their own base.
-        Use :meth:`align` to take base-aligned values into dataset order.
-        """
-        rows = self._origin[0]
-        if rows is None:
-            rows = np.arange(self._root_operator.n_rows, dtype=np.int64)
-        return rows.copy() if self._root_rows is None else rows[self._root_rows]
-
-    @property
-    def n_base_rows_(self) -> int:
-        """Rows of the base table(s) the dataset was built from."""
-        n = self._origin[1]
-        return self._root_operator.n_rows if n is None else n
-
-    def align(self, values: Any, *, fill_value: Any = None) -> Any:
-        """Take base-aligned values (target, weights, groups) into dataset order.
-
-        Parameters
-        ----------
-        values : array-like, pandas.Series or pandas.DataFrame
-            One value (or row) per row of the base table, in its order: for example
-            ``base["price"]``, a weight per base row, the groups of ``GroupKFold``.
-            A pandas object must carry the base frame's index (it is checked, so
-            values of another frame or order are never matched by position);
-            pass ``.to_numpy()`` to align by position.
-        fill_value : scalar, optional
-            The value of dataset rows without a base row (rows an outer join added).
-            Default: such rows raise a ``ValueError``.
-
-        Returns
-        -------
-        ndarray, pandas.Series or pandas.DataFrame
-            ``values`` at :attr:`base_rows_`, one per dataset row; pandas objects
-            get a fresh ``RangeIndex``.
-
-        Examples
-        --------
-        >>> import pandas as pd
-        >>> from ilargi_sklearn import Join, MultiSourceDataset
-        >>> base = pd.DataFrame({"k": [1, 2, 3], "y": [10.0, 20.0, 30.0]})
-        >>> dim = pd.DataFrame({"k": [1, 3, 3], "z": [0.5, 1.5, 2.5]})
-        >>> ds = MultiSourceDataset.from_frames(
-        ...     base,
-        ...     joins=[
-        ...         Join(dim, on="k", features=["z"], how="inner", validate="1:m")
-        ...     ],
-        ... )
-        >>> ds.base_rows_
-        array([0, 2, 2])
-        >>> ds.align(base["y"]).tolist()
-        [10.0, 30.0, 30.0]
-        """
-        rows = self.base_rows_
-        n_base = self.n_base_rows_
-        missing = rows < 0
-        if missing.any() and fill_value is None:
-            raise ValueError(
-                f"{int(missing.sum()):,} dataset rows have no base row (an outer join "
-                "added them); pass fill_value=..., or drop them first with "
-                "ds[ds.base_rows_ >= 0]."
-            )
-        take = np.where(missing, 0, rows) if missing.any() else rows
-        if isinstance(values, (pd.Series, pd.DataFrame)):
-            self._check_index(values, n_base)
-            out = values.iloc[take].reset_index(drop=True)
-            if missing.any():
-                mask = (
-                    missing
-                    if out.ndim == 1
-                    else np.repeat(missing[:, None], out.shape[1], axis=1)
-                )
-                out = out.mask(mask, fill_value)
-            return out
-        if not hasattr(values, "__array_namespace__"):
-            # Lists, polars and pyarrow columns: through NumPy.
-            values = np.asarray(values)
-        if values.ndim == 0 or values.shape[0] != n_base:
-            raise ValueError(
-                f"values have shape {tuple(values.shape)}, but the dataset was built "
-                f"from {n_base:,} base rows; align takes one value per base row, in "
-                "the base table's order."
-            )
-        if isinstance(values, np.ndarray):
-            out = values[take]
-            if missing.any():
-                out = out.astype(np.result_type(out, np.asarray(fill_value)))
-                out[missing] = fill_value
-            return out
-        xp = get_namespace(values)
-        out = xp.take(values, asarray_on(take, xp, device_of(values)), axis=0)
-        if missing.any():
-            raise ValueError(
-                "fill_value is only supported for NumPy and pandas values."
-            )
-        return out
-
-    def _check_index(self, values: Any, n_base: int) -> None:
-        if values.shape[0] != n_base:
-            raise ValueError(
-                f"values have {values.shape[0]:,} rows, but the dataset was built from "
-                f"{n_base:,} base rows; align takes one value per base row, in the "
-                "base table's order."
-            )
-        index = self._origin[2]
-        if index is not None and not values.index.equals(index):
-            raise ValueError(
-                "the values' index differs from the base table's: they may come from "
-                "another frame or another order. Pass values.to_numpy() if they are "
-                "in the base table's row order."
-            )
 
     def astype(self, dtype: Any) -> MultiSourceDataset:
         """A copy with sources cast to ``dtype`` (float32 or float64)."""
@@ -787,7 +415,6 @@ class MultiSourceDataset:
         """
         return self._op.materialize(format)
 
-    # ------------------------------------------------------------- describing
     def _factorized(self) -> FactorizedMatrix:
         op = self._op
         while isinstance(op, AffineOperator):
@@ -796,12 +423,22 @@ class MultiSourceDataset:
             raise TypeError("dataset is not factorized.")
         return op
 
-    def describe(self) -> DatasetDescription:
-        """Schema and redundancy figures (see :class:`DatasetDescription`)."""
-        return _describe.describe(self)
-
-    def __repr__(self) -> str:
-        return _describe.dataset_repr(self)
+    # Methods whose code (and numpydoc) live in the module of their concern.
+    # ------------------------------------------------------ placement, caches
+    to_device = _placement.to_device
+    operator_for = _cache_info.operator_for
+    cache_info = _cache_info.cache_info
+    _cache_device = _cache_info.cache_device
+    # ------------------------------------------------------------ row origin
+    base_rows_ = property(_origin.base_rows)
+    n_base_rows_ = property(_origin.n_base_rows)
+    align = _origin.align
+    _set_origin = _origin.set_origin
+    # ------------------------------------------------------------ describing
+    describe = _describe.describe
+    match_report_ = property(_describe.match_report)
+    nan_source = _describe.nan_source
+    __repr__ = _describe.dataset_repr
 
 
 class _Transposed:

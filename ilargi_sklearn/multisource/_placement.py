@@ -20,6 +20,9 @@ from ilargi_sklearn._backend._plan import DeviceUnavailableError
 
 __all__ = ["drop_device_copies", "to_device"]
 
+# ``to_device`` is a method of :class:`MultiSourceDataset` (assigned in its class
+# body): ``self`` is the dataset.
+
 #: Root operator -> {device key: the root dataset's copy there}.
 _COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 #: A copy's root operator -> (device key of its host, weak reference to the host
@@ -35,28 +38,54 @@ def drop_device_copies() -> None:
     _HOMES.clear()
 
 
-def to_device(ds: Any, device: Any = "cpu", *, namespace: Any = None) -> Any:
-    """:meth:`MultiSourceDataset.to_device`."""
+def to_device(self: Any, device: Any = "cpu", *, namespace: Any = None) -> Any:
+    """The same dataset with sources and index vectors on ``device``.
+
+    The move happens once per dataset: the copy of the root dataset (the one
+    that row slices come from) is cached on it, and a row slice moved to a
+    device takes its rows from that copy (a grid search does not re-upload
+    per fold). Index vectors are int32 on the device.
+
+    Parameters
+    ----------
+    device : {"cpu", "gpu"} or device object, default="cpu"
+        "gpu" uses CuPy on the current CUDA device and requires a usable GPU
+        (:func:`ilargi_sklearn._backend._gpu.probe_gpu`). Another namespace's
+        device object (for example ``array_api_strict.Device("device1")``)
+        needs ``namespace``.
+    namespace : module, optional
+        Array namespace for a device object (testing without a GPU).
+
+    Returns
+    -------
+    MultiSourceDataset
+        ``self`` when the data already is there.
+
+    Raises
+    ------
+    RuntimeError
+        For "gpu" without a usable GPU; the message carries the probe's reason.
+    """
     xp, dev, key = _resolve_device(device, namespace)
-    op = ds.operator
+    op = self.operator
     if op.xp is xp or (is_numpy_namespace(xp) and is_numpy_namespace(op.xp)):
         if dev is None or is_numpy_namespace(xp) or op.device == dev:
-            return ds
-    root_op = ds._root_operator
+            return self
+    root_op = self._root_operator
     root = _COPIES.get(root_op, {}).get(key)
     if root is None:
-        root = _home_of(ds, root_op, key)
+        root = _home_of(self, root_op, key)
     if root is None:
-        root = ds._like(root_op.to_namespace(xp, dev), root=True)
+        root = self._like(root_op.to_namespace(xp, dev), root=True)
         _COPIES.setdefault(root_op, {})[key] = root
         # The way back: the copy knows the dataset it came from.
         _HOMES[root._root_operator] = (
             _device_key(op.xp, op.device),
             weakref.ref(root_op),
         )
-    if ds._root_rows is None:
+    if self._root_rows is None:
         return root
-    return root[ds._root_rows]
+    return root[self._root_rows]
 
 
 def _home_of(ds: Any, root_op: Any, key: tuple[str, str]) -> Any:
