@@ -4,6 +4,8 @@ The import graph is read from the source (``ast``), not from ``sys.modules``, so
 sees every ``import`` statement: at module level, inside functions (the lazy imports
 that hide a circle from Python's import machinery but not from a reader) and inside
 ``try`` blocks. Only ``if TYPE_CHECKING:`` blocks are left out: they never run.
+Imports by a computed name (``importlib.import_module``, as the pickle shim and the
+CLI's estimator table do) are not seen.
 
 An edge ``a -> b`` means module ``a`` names module ``b`` in an import:
 ``import p.b`` and ``from p.b import x`` give ``p.b``; ``from p import b`` gives

@@ -1,15 +1,20 @@
-"""Datasets from source matrices, indicators and mappings; the union of datasets.
+"""The constructors of :class:`~ilargi_sklearn.MultiSourceDataset`: from source
+matrices, indicators and mappings; the union of datasets; ``from_frames``.
 
-The construction half of :class:`~ilargi_sklearn.MultiSourceDataset`, as pandas
-keeps ``DataFrame``'s constructors in ``core/construction``: the checks of the
-inputs and the operator they define. The dataset's classmethods
-(:meth:`~ilargi_sklearn.MultiSourceDataset.from_matrices`,
-:meth:`~ilargi_sklearn.MultiSourceDataset.union`) hand their class in, so that this
-module stands below the container and never imports it.
+The construction half of the dataset, as pandas keeps ``DataFrame``'s
+constructors in ``core/construction``: the checks of the inputs and the operator
+they define. The functions are the dataset's classmethods (assigned in its class
+body): ``cls`` is the dataset class, so this module stands below the container
+and never imports it.
 
-Sources of another execution engine (Dask arrays) are a *source kind*: the engine's
-package registers a builder for its sources with :func:`register_source_kind`, and
-:func:`from_matrices` hands such sources to it instead of knowing the engine.
+Two builders stand above the container and register here when they load, so that
+nothing here imports upward:
+
+* the join builder behind ``from_frames`` (``multisource._frames``, which
+  ``import ilargi_sklearn.multisource`` always loads);
+* *source kinds*: sources another engine holds (Dask arrays) go to that engine's
+  builder (:func:`register_source_kind`; Dask's is registered at the package's
+  top, ``ilargi_sklearn._source_kinds``) instead of this module knowing the engine.
 """
 
 from __future__ import annotations
@@ -59,8 +64,7 @@ class SourceKind:
     build: Callable[..., Any]
 
 
-#: The registered source kinds, by name (Dask registers itself: see
-#: ``ilargi_sklearn._source_kinds``).
+#: The registered source kinds, by name (Dask's: ``ilargi_sklearn._source_kinds``).
 _SOURCE_KINDS: dict[str, SourceKind] = {}
 
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import scipy.sparse as sp
 
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
@@ -356,33 +355,7 @@ class MultiSourceDataset:
                 "ds ** p is not factorizable on a scaled or centered dataset; apply it "
                 "before scaling."
             )
-        # Only the source rows that some target row takes are raised to the power;
-        # the others become 0. Otherwise a row outside the join (dropped by an inner
-        # join or a slice) could turn into NaN (a negative value to a fractional
-        # power) or inf, and the reductions (counts of 0 times NaN) would be NaN.
-        used: dict[int, np.ndarray] = {}
-        for t in self._op.terms:
-            mask = used.setdefault(id(t.S), np.zeros(t.S.shape[0], dtype=bool))
-            if t.rows.is_identity:
-                mask[:] = True
-            else:
-                mask[t.rows.idx[t.rows.idx >= 0]] = True
-
-        def power(S: Any) -> Any:
-            keep = used[id(S)]
-            if sp.issparse(S):
-                if not keep.all():
-                    S = sp.csr_matrix(sp.diags(keep.astype(S.dtype)) @ S)
-                    S.eliminate_zeros()
-                return S.power(p)
-            if keep.all():
-                return S**p
-            out = np.zeros_like(S)
-            out[keep] = S[keep] ** p
-            return out
-
-        op = self._op.map_sources(power)
-        return self._like(op)
+        return self._like(self._op.power(p))
 
     def _no_shift(self, *_: Any) -> Any:
         raise TypeError(

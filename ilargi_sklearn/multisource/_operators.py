@@ -892,6 +892,35 @@ class FactorizedMatrix(Operator):
         out.dtype = np.dtype(dtype)
         return out
 
+    def power(self, p: float) -> FactorizedMatrix:
+        """``T ** p`` for ``p > 0`` (``ds ** p``), applied to the sources."""
+        # Only the source rows that some target row takes are raised to the power;
+        # the others become 0. Otherwise a row outside the join (dropped by an inner
+        # join or a slice) could turn into NaN (a negative value to a fractional
+        # power) or inf, and the reductions (counts of 0 times NaN) would be NaN.
+        used: dict[int, np.ndarray] = {}
+        for t in self.terms:
+            mask = used.setdefault(id(t.S), np.zeros(t.S.shape[0], dtype=bool))
+            if t.rows.is_identity:
+                mask[:] = True
+            else:
+                mask[t.rows.idx[t.rows.idx >= 0]] = True
+
+        def power(S: Any) -> Any:
+            keep = used[id(S)]
+            if sp.issparse(S):
+                if not keep.all():
+                    S = sp.csr_matrix(sp.diags(keep.astype(S.dtype)) @ S)
+                    S.eliminate_zeros()
+                return S.power(p)
+            if keep.all():
+                return S**p
+            out = np.zeros_like(S)
+            out[keep] = S[keep] ** p
+            return out
+
+        return self.map_sources(power)
+
     def materialize(self, format: Format = "auto") -> Any:
         n, m = self.shape
         if _resolve_format(format, self.is_sparse):

@@ -33,18 +33,19 @@ _HOMES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def drop_device_copies() -> None:
     """Forget the cached device copies of every root dataset
     (``ilargi_sklearn.clear_caches``): the next :meth:`~MultiSourceDataset.to_device`
-    copies the sources as they are then. Datasets already moved keep their data."""
+    copies the sources as they are then. Datasets already moved keep their data,
+    and a copy's way back to its host (a reference, not a copy) stays."""
     _COPIES.clear()
-    _HOMES.clear()
 
 
 def to_device(self: Any, device: Any = "cpu", *, namespace: Any = None) -> Any:
     """The same dataset with sources and index vectors on ``device``.
 
     The move happens once per dataset: the copy of the root dataset (the one
-    that row slices come from) is cached on it, and a row slice moved to a
-    device takes its rows from that copy (a grid search does not re-upload
-    per fold). Index vectors are int32 on the device.
+    that row slices come from) is kept while the root lives, and a row slice
+    moved to a device takes its rows from that copy (a grid search does not
+    re-upload per fold). Moving a copy back to where its root came from gives
+    the root's data, uncopied. Index vectors are int32 on the device.
 
     Parameters
     ----------
