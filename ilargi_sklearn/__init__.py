@@ -12,6 +12,7 @@ from ilargi_sklearn._backend._plan import (
     UnsupportedOnDeviceError,
 )
 from ilargi_sklearn._config import config_context, get_config, set_config
+from ilargi_sklearn._source_kinds import register_engines
 from ilargi_sklearn.cluster import FactorizedKMeans
 from ilargi_sklearn.decomposition import (
     FactorizedGNMF,
@@ -47,6 +48,8 @@ from ilargi_sklearn.preprocessing import (
 __version__ = "0.1.0"
 
 _compat.install()
+# Dask sources in ``from_matrices``, without ``multisource`` importing Dask's package.
+register_engines()
 
 
 def clear_caches() -> None:
@@ -92,8 +95,8 @@ def clear_caches() -> None:
     False
     """
     from ilargi_sklearn.multisource._cache import clear_materialization_cache
-    from ilargi_sklearn.multisource._multi_source import drop_device_copies
     from ilargi_sklearn.multisource._operators import drop_fused_layouts
+    from ilargi_sklearn.multisource._placement import drop_device_copies
     from ilargi_sklearn.multisource._stats_cache import clear_statistics_cache
     from ilargi_sklearn.planner._auto import clear_plan_history
     from ilargi_sklearn.planner._features import _DATA_FEATURES

@@ -14,20 +14,22 @@ order), so it never changes a result.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ilargi_sklearn._backend._ops import nbytes
 from ilargi_sklearn._config import cache_budget, get_config, set_config
 from ilargi_sklearn.multisource._bounded import BoundedCache
-from ilargi_sklearn.multisource._multi_source import MultiSourceDataset
 from ilargi_sklearn.multisource._operators import (
     AffineOperator,
     FactorizedMatrix,
     MatrixOperator,
     Operator,
 )
+
+if TYPE_CHECKING:  # the container stands above its caches
+    from ilargi_sklearn.multisource._multi_source import MultiSourceDataset
 
 __all__ = [
     "clear_materialization_cache",
@@ -201,4 +203,4 @@ def materialized_dataset(
         Whether the joined matrix came from the cache.
     """
     op, hit = materialized_operator(ds, device)
-    return MultiSourceDataset(op, ds.feature_names, ds.source_names), hit
+    return type(ds)(op, ds.feature_names, ds.source_names), hit
