@@ -562,20 +562,93 @@ def test_grouped_and_rowwise_histograms_agree():
     row = np.full(data.n_groups, ROWWISE)
     grouped = row.copy()
     grouped[dims] = GROUPED
-    a = build_histograms(data, rows, g, h, row, 256)
-    b = build_histograms(data, rows, g, h, grouped, 256)
+    a = build_histograms(data, rows, g[rows], h[rows], row, 256)
+    b = build_histograms(data, rows, g[rows], h[rows], grouped, 256)
     np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
     # A direct count over the joined binned column.
     f = int(np.flatnonzero(data.feature_group == dims[0])[0])
     col = data.column(f, rows)
     np.testing.assert_array_equal(a[f, :, 2], np.bincount(col, minlength=256))
     builder = HistogramBuilder(data, 256)
-    np.testing.assert_allclose(builder.build(rows, g, h), a, rtol=1e-10, atol=1e-10)
-    # The cost model sends a repeated dimension to the grouped build and keeps
+    builder.start_tree(g.copy(), h.copy())
+    np.testing.assert_allclose(
+        builder.build(0, n),
+        build_histograms(data, np.arange(n), g, h, row, 256),
+        rtol=1e-10,
+        atol=1e-10,
+    )
+    # The cost model sends a repeated dimension to a grouped build and keeps
     # the base table row-wise.
     modes = builder.modes(3000)
-    assert modes[dims[0]] == GROUPED
+    assert modes[dims[0]] != ROWWISE
     assert all(modes[k] == ROWWISE for k in range(data.n_groups) if k not in dims)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_split_moves_the_rows_and_their_gradients(compiled):
+    """A split partitions the node's positions stably (left rows first, each
+    side in order), and every array kept in that order moves with its row:
+    the source rows of each dimension, the gradients and hessians. Each
+    histogram mode of the compiled kernel then gives the reference's sums on
+    the child's rows."""
+    from ilargi_sklearn.ensemble._histogram import (
+        HistogramBuilder,
+        build_histograms,
+    )
+    from ilargi_sklearn.ensemble._trees_numba import GROUPED, GROUPED_DENSE, ROWWISE
+
+    ds, joined, y = star_frames(14, n=3000)
+    model = Reg(max_iter=1, **NO_ES)
+    groups, n = model._check_X(ds, reset=True)
+    model._random_seed = 0
+    model._bin_mapper = model._fit_bin_mapper(groups, np.arange(n), None, n)
+    data = model._bin(groups, n)
+    rng = np.random.default_rng(1)
+    g = rng.normal(size=n).astype(np.float32)
+    h = rng.random(n).astype(np.float32)
+    builder = HistogramBuilder(data, 256)
+    builder.start_tree(g.copy(), h.copy())
+    builder.compiled = compiled
+    missing_bin = 255
+    dims = [k for k in range(data.n_groups) if data.idx[k].shape[0]]
+    f_dim = int(np.flatnonzero(data.feature_group == dims[0])[0])
+    f_base = int(np.flatnonzero(data.feature_group != dims[0])[0])
+    # Split all rows on a dimension's column, then the left child on another.
+    nl = builder.split(0, n, f_dim, 100, True, missing_bin, None)
+    b = data.column(f_dim)
+    left = (b <= 100) | (b == missing_bin)
+    expected = np.concatenate([np.flatnonzero(left), np.flatnonzero(~left)])
+    assert nl == int(left.sum())
+    np.testing.assert_array_equal(builder.partition, expected)
+    rows = builder.partition[:nl]
+    nl2 = builder.split(0, nl, f_base, 50, False, missing_bin, None)
+    b2 = data.column(f_base, rows)
+    left2 = b2 <= 50
+    expected2 = np.concatenate([rows[left2], rows[~left2]])
+    assert nl2 == int(left2.sum())
+    np.testing.assert_array_equal(builder.partition[:nl], expected2)
+    p = builder.partition
+    np.testing.assert_array_equal(builder.gradients, g[p])
+    np.testing.assert_array_equal(builder.hessians, h[p])
+    for k in range(data.n_groups):
+        key = builder.keys[builder.key_of[k]]
+        np.testing.assert_array_equal(key, data.rows_of(k, p))
+    # The histograms of the right child of the second split, per mode.
+    child = p[nl2:nl]
+    ref = build_histograms(
+        data,
+        child,
+        g[child],
+        h[child],
+        np.full(data.n_groups, ROWWISE),
+        256,
+    )
+    assert ref[:, :, 2].sum() == child.shape[0] * data.feature_group.shape[0]
+    for mode in (ROWWISE, GROUPED, GROUPED_DENSE):
+        builder.modes = lambda n_node, mode=mode: np.where(
+            np.isin(np.arange(data.n_groups), dims), mode, ROWWISE
+        )
+        np.testing.assert_allclose(builder.build(nl2, nl), ref, rtol=1e-10, atol=1e-10)
 
 
 def test_nan_inside_a_source_is_missing():

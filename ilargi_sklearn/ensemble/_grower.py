@@ -56,7 +56,9 @@ class TreeGrower:
 
     ``hessians`` of shape ``(1,)`` means constant hessians (the histograms then
     count rows instead of summing hessians). ``histogram_builder`` is shared by
-    the trees of a fit (it holds the accumulators of the grouped builds).
+    the trees of a fit (it holds the rows of the nodes and the accumulators of
+    the grouped builds). The grower reorders ``gradients`` and ``hessians`` in
+    place with the partition of the rows (no copy): they are this tree's.
     """
 
     def __init__(
@@ -95,6 +97,7 @@ class TreeGrower:
         self.hessians = None if self.hessians_are_constant else hessians
         self.hessian_constant = float(hessians[0]) if hessians.shape[0] else 1.0
         self.histogram_builder = histogram_builder
+        histogram_builder.start_tree(gradients, self.hessians)
         self.splitter = Splitter(
             data,
             n_bins_non_missing,
@@ -109,7 +112,7 @@ class TreeGrower:
             hessians_are_constant=self.hessians_are_constant,
             feature_fraction_per_split=feature_fraction_per_split,
             rng=rng,
-            row_buffers=histogram_builder.row_buffers(),
+            rows=histogram_builder,
         )
         self.data = data
         self.max_leaf_nodes = max_leaf_nodes
@@ -127,8 +130,7 @@ class TreeGrower:
         self._initialize_root()
 
     def _histograms(self, node: TreeNode) -> np.ndarray:
-        rows = self.splitter.partition[node.partition_start : node.partition_stop]
-        return self.histogram_builder.build(rows, self.gradients, self.hessians)
+        return self.histogram_builder.build(node.partition_start, node.partition_stop)
 
     def _initialize_root(self):
         n_samples = self.data.n_rows

@@ -20,9 +20,10 @@ from math import ceil
 
 import numpy as np
 
+from ilargi_sklearn._backend import _launcher
 from ilargi_sklearn._backend._launcher import CompiledUnavailable, numba_available
-from ilargi_sklearn.ensemble import _trees_numba
-from ilargi_sklearn.ensemble._binning import ROW_DTYPE, BinnedData
+from ilargi_sklearn.ensemble import _trees_numba  # noqa: F401 (registers the kernels)
+from ilargi_sklearn.ensemble._binning import BinnedData
 
 __all__ = [
     "SplitInfo",
@@ -308,7 +309,7 @@ class Splitter:
         hessians_are_constant=False,
         feature_fraction_per_split=1.0,
         rng=None,
-        row_buffers=None,
+        rows=None,
     ):
         self.data = data
         self.n_bins_non_missing = np.asarray(n_bins_non_missing, dtype=np.int64)
@@ -327,14 +328,14 @@ class Splitter:
         # Read once per tree (the environment switch is read at every call of
         # numba_available: thousands of nodes).
         self.compiled = numba_available()
-        if row_buffers is None:
-            row_buffers = (
-                np.empty(data.n_rows, dtype=ROW_DTYPE),
-                np.empty(data.n_rows, dtype=ROW_DTYPE),
-            )
-        # The trees of a fit share these (one tree at a time uses them).
-        self.partition, self._buffer = row_buffers
-        self.partition[:] = np.arange(data.n_rows, dtype=ROW_DTYPE)
+        # The rows of the nodes (positions in the partition; a
+        # HistogramBuilder, shared by the trees of a fit).
+        self.rows = rows
+
+    @property
+    def partition(self) -> np.ndarray:
+        """The target row at each position: a node's rows are a range of it."""
+        return self.rows.partition
 
     def find_node_split(
         self,
@@ -463,7 +464,7 @@ class Splitter:
         if self.compiled and feats.shape[0]:
             res = np.empty((feats.shape[0], 6))
             try:
-                _trees_numba.call(
+                _launcher.call(
                     "tree_scan",
                     hist,
                     feats.astype(np.int64),
@@ -482,44 +483,14 @@ class Splitter:
         return scan_numeric(hist, feats, n, sg, sh, value, lower, upper, *common)
 
     def split_indices(self, split_info: SplitInfo, start: int, stop: int) -> int:
-        """Partition ``partition[start:stop]`` by the split (left rows first);
-        returns the position of the right child in it."""
-        rows = self.partition[start:stop]
-        f = split_info.feature_idx
-        g = int(self.data.feature_group[f])
-        col = int(self.data.feature_col[f])
-        bitset = (
-            split_info.left_cat_bitset
-            if split_info.is_categorical
-            else np.zeros(8, dtype=np.uint32)
+        """Partition the node at positions ``[start, stop)`` by the split (left
+        rows first); returns the position of the right child in it."""
+        return self.rows.split(
+            start,
+            stop,
+            split_info.feature_idx,
+            split_info.bin_idx,
+            split_info.missing_go_to_left,
+            self.missing_values_bin_idx,
+            split_info.left_cat_bitset if split_info.is_categorical else None,
         )
-        if self.compiled:
-            try:
-                out = np.zeros(1, dtype=np.int64)
-                _trees_numba.call(
-                    "tree_partition",
-                    rows,
-                    self.data.bins[g],
-                    self.data.idx[g],
-                    col,
-                    int(split_info.bin_idx),
-                    bool(split_info.missing_go_to_left),
-                    self.missing_values_bin_idx,
-                    bool(split_info.is_categorical),
-                    bitset,
-                    self._buffer,
-                    out,
-                )
-                return int(out[0])
-            except CompiledUnavailable:
-                pass
-        b = self.data.column(f, rows)
-        if split_info.is_categorical:
-            left = in_bitset(bitset, b)
-        else:
-            left = b <= split_info.bin_idx
-            if split_info.missing_go_to_left:
-                left |= b == self.missing_values_bin_idx
-        n_left = int(left.sum())
-        rows[:] = np.concatenate([rows[left], rows[~left]])
-        return n_left
