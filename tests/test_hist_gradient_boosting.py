@@ -407,6 +407,80 @@ def test_find_thresholds_weighted_distinct_values():
         )
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+def test_binning_a_column_as_sklearn(monkeypatch, compiled):
+    """The bins of a column (compiled binary search or NumPy's searchsorted),
+    strided as a source's column is: those of scikit-learn's _BinMapper, with
+    values on the thresholds, infinities and NaN (the missing bin)."""
+    from ilargi_sklearn._backend import _launcher
+    from ilargi_sklearn.ensemble._binning import BinMapper
+
+    launched = []
+    launch = _launcher.launch
+    monkeypatch.setattr(
+        _launcher,
+        "launch",
+        lambda name, *a: (launched.append(name), launch(name, *a))[1],
+    )
+    if not compiled:
+        monkeypatch.setenv("ILARGI_SKLEARN_NO_NUMBA", "1")
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(300_000, 2))
+    X[::7, 0] = np.round(X[::7, 0], 1)
+    X[::11, 0] = np.nan
+    X[100, 0], X[101, 0] = np.inf, -np.inf
+    ref = _BinMapper(n_bins=256, random_state=0).fit(X[:, :1])
+    t = ref.bin_thresholds_[0]
+    X[:50, 0] = t[:50]
+    mapper = BinMapper(256)
+    mapper.bin_thresholds_ = [t]
+    mapper.is_categorical_ = np.zeros(1, dtype=np.uint8)
+    out = np.zeros((X.shape[0], 2), dtype=np.uint8)
+    mapper._bin_column(X[:, 0], 0, out[:, 1])
+    np.testing.assert_array_equal(out[:, 1], ref.transform(X[:, :1])[:, 0])
+    assert out[0, 1] == 0 and out[55, 1] == 255 and out[100, 1] == t.shape[0]
+    assert out[101, 1] == 0
+    assert not out[:, 0].any()
+    assert launched == (["tree_bin"] if compiled else [])
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_leaf_values_added_at_their_rows(monkeypatch, compiled):
+    """The raw predictions of a fit move by each leaf's value at the leaf's
+    rows (read off the partition): the tree's prediction of its rows."""
+    from ilargi_sklearn.ensemble._grower import TreeGrower
+    from ilargi_sklearn.ensemble._histogram import HistogramBuilder
+
+    if not compiled:
+        monkeypatch.setenv("ILARGI_SKLEARN_NO_NUMBA", "1")
+    ds, joined, y = star_frames(15, n=2000)
+    model = Reg(max_iter=1, **NO_ES)
+    groups, n = model._check_X(ds, reset=True)
+    model._random_seed = 0
+    mapper = model._fit_bin_mapper(groups, np.arange(n), None, n)
+    model._bin_mapper = mapper
+    data = model._bin(groups, n)
+    g = (np.mean(y) - y).astype(np.float32)
+    grower = TreeGrower(
+        data,
+        g,
+        np.ones(1, dtype=np.float32),
+        HistogramBuilder(data, 256),
+        max_leaf_nodes=8,
+        n_bins_non_missing=mapper.n_bins_non_missing_,
+        has_missing_values=model._has_missing(data, 255),
+        shrinkage=0.5,
+    )
+    grower.grow()
+    assert len(grower.finalized_leaves) == 8
+    raw = np.full(n, 2.0)
+    grower.add_leaf_values(raw)
+    expected = np.full(n, 2.0)
+    grower.make_predictor(mapper.bin_thresholds_).predict_binned(data, 255, expected)
+    np.testing.assert_allclose(raw, expected, rtol=1e-15)
+    assert np.unique(raw).shape[0] == 8
+
+
 # --------------------------------------------------------- categorical columns
 def test_categorical_columns_split_natively():
     ds, joined, y = star_frames(8, n=1500)

@@ -695,12 +695,7 @@ class _BaseFactorizedHGB(BaseEstimator):
                 predictors[-1].append(
                     grower.make_predictor(self._bin_mapper.bin_thresholds_)
                 )
-                partition = grower.splitter.partition
-                col = raw[:, k]
-                for leaf in grower.finalized_leaves:
-                    col[partition[leaf.partition_start : leaf.partition_stop]] += (
-                        leaf.value
-                    )
+                grower.add_leaf_values(raw[:, k])
             should_stop = False
             if self.do_early_stopping_:
                 if need_raw_val:

@@ -14,6 +14,8 @@ from heapq import heappop, heappush
 
 import numpy as np
 
+from ilargi_sklearn._backend import _launcher
+from ilargi_sklearn._backend._launcher import CompiledUnavailable
 from ilargi_sklearn.ensemble._histogram import HistogramBuilder
 from ilargi_sklearn.ensemble._predictor import PREDICTOR_RECORD_DTYPE, TreePredictor
 from ilargi_sklearn.ensemble._splitting import Splitter
@@ -280,6 +282,23 @@ class TreeGrower:
     def _finalize_leaf(self, node):
         node.is_leaf = True
         self.finalized_leaves.append(node)
+
+    def add_leaf_values(self, out: np.ndarray) -> None:
+        """Add each leaf's value to ``out`` (n_rows,) at the rows of the leaf:
+        the tree's prediction on its training rows, read off the partition."""
+        leaves = self.finalized_leaves
+        partition = self.splitter.partition
+        if self.histogram_builder.compiled:
+            starts = np.fromiter((lf.partition_start for lf in leaves), np.int64)
+            stops = np.fromiter((lf.partition_stop for lf in leaves), np.int64)
+            values = np.fromiter((lf.value for lf in leaves), np.float64)
+            try:
+                _launcher.call("tree_leaf_add", partition, starts, stops, values, out)
+                return
+            except CompiledUnavailable:
+                pass
+        for leaf in leaves:
+            out[partition[leaf.partition_start : leaf.partition_stop]] += leaf.value
 
     def make_predictor(self, binning_thresholds):
         nodes = np.zeros(self.n_nodes, dtype=PREDICTOR_RECORD_DTYPE)

@@ -73,7 +73,7 @@ def choose_modes(
             n_node * (_SCATTER_COST + _LIST_COST) + u * (c + _LISTED_ROW_COST),
             n_node * _SCATTER_COST + m * (c + _SWEEP_COST),
         )
-        modes[g] = (ROWWISE, GROUPED, GROUPED_DENSE)[int(np.argmin(costs))]
+        modes[g] = (ROWWISE, GROUPED, GROUPED_DENSE)[costs.index(min(costs))]
     return modes
 
 
@@ -187,6 +187,9 @@ class HistogramBuilder:
         self._indexed = indexed
         self._buffer = np.empty(n, dtype=ROW_DTYPE)
         self._mask = np.empty(n, dtype=np.uint8)
+        self._key_rows = tuple(self.keys[k] for k in range(self.keys.shape[0]))
+        self._bins = _launcher.uniform_tuple(data.bins)
+        self._n_threads = 1
         self.gradients = np.zeros(0, dtype=np.float32)
         self.hessians = np.zeros(0, dtype=np.float32)
         self._accs: tuple | None = None
@@ -212,14 +215,15 @@ class HistogramBuilder:
             raise ValueError("the trees take C-contiguous float32 gradients.")
         self.gradients = gradients
         self.hessians = np.zeros(0, dtype=np.float32) if hessians is None else hessians
-        # Read once per tree (the environment switch is read at every call of
-        # numba_available: thousands of nodes).
+        # Read once per tree, not per node (thousands of them): the environment
+        # switch and the thread limits a tree's kernels run under.
         self.compiled = numba_available()
+        self._n_threads = _launcher.n_threads() if self.compiled else 1
 
     def _carried(self) -> tuple:
         """The arrays a split moves, as one homogeneous tuple of int32 arrays
         (the gradients' and hessians' bits: a partition only moves them)."""
-        arrays = [self.keys[k] for k in range(self.keys.shape[0])]
+        arrays = list(self._key_rows)
         arrays.append(self.gradients.view(ROW_DTYPE))
         if self.hessians.shape[0]:
             arrays.append(self.hessians.view(ROW_DTYPE))
@@ -269,20 +273,19 @@ class HistogramBuilder:
     def _build_compiled(self, start, stop, modes) -> np.ndarray:
         n = stop - start
         F = self.data.feature_group.shape[0]
-        threads = _launcher.n_threads()
+        threads = self._n_threads
         # Per-chunk histograms are zeroed and summed: a chunk pays from a few
         # times their size in rows.
         min_rows = max(_launcher.MIN_CHUNK_ROWS["tree_hist"], 4 * F * self.n_bins)
         n_chunks = _launcher.chunks(n, min_rows, threads, per_thread=1)
         accs, touched = self._buffers(max(n_chunks, 1))
         out = np.zeros((n_chunks, F, self.n_bins, 3))
-        keys = [self.keys[k] for k in range(self.keys.shape[0])]
         head = (
-            tuple(keys),
+            self._key_rows,
             self.key_of,
             self.gradients,
             self.hessians,
-            _launcher.uniform_tuple(self.data.bins),
+            self._bins,
             self.fmaps,
             self.data.n_groups,
             modes,

@@ -325,6 +325,9 @@ class Splitter:
         self.feature_fraction_per_split = float(feature_fraction_per_split)
         self.rng = rng
         self.n_features = self.is_categorical.shape[0]
+        self._all_features = np.arange(self.n_features, dtype=np.int64)
+        self._numeric = np.flatnonzero(~self.is_categorical)
+        self._categorical = np.flatnonzero(self.is_categorical)
         # Read once per tree (the environment switch is read at every call of
         # numba_available: thousands of nodes).
         self.compiled = numba_available()
@@ -352,22 +355,28 @@ class Splitter:
         # The features this node may split on, in scikit-learn's order (all, or
         # those of the interaction constraints that still apply).
         candidates = (
-            np.arange(F)
+            self._all_features
             if allowed_features is None
             else np.asarray(allowed_features, dtype=np.int64)
         )
-        n_allowed = candidates.shape[0]
-        sampled = np.ones(n_allowed, dtype=bool)
-        if self.feature_fraction_per_split < 1.0:
-            # The same draws as scikit-learn, in the same order (one shuffle per
-            # node evaluated).
-            n_sub = max(1, int(ceil(self.feature_fraction_per_split * n_allowed)))
-            mask = np.full(n_allowed, False)
-            mask[:n_sub] = True
-            self.rng.shuffle(mask)
-            sampled = mask
-        allowed = np.zeros(F, dtype=bool)
-        allowed[candidates[sampled]] = True
+        if allowed_features is None and self.feature_fraction_per_split >= 1.0:
+            # Every feature (most nodes): no masks to build.
+            numeric, categorical = self._numeric, self._categorical
+        else:
+            n_allowed = candidates.shape[0]
+            sampled = np.ones(n_allowed, dtype=bool)
+            if self.feature_fraction_per_split < 1.0:
+                # The same draws as scikit-learn, in the same order (one
+                # shuffle per node evaluated).
+                n_sub = max(1, int(ceil(self.feature_fraction_per_split * n_allowed)))
+                mask = np.full(n_allowed, False)
+                mask[:n_sub] = True
+                self.rng.shuffle(mask)
+                sampled = mask
+            allowed = np.zeros(F, dtype=bool)
+            allowed[candidates[sampled]] = True
+            numeric = np.flatnonzero(allowed & ~self.is_categorical)
+            categorical = np.flatnonzero(allowed & self.is_categorical)
         args = (
             float(n_samples),
             float(sum_gradients),
@@ -377,11 +386,10 @@ class Splitter:
             float(upper_bound),
         )
         gains = np.full(F, -1.0)
-        numeric = np.flatnonzero(allowed & ~self.is_categorical)
         res = self._scan(histograms, numeric, *args)
         gains[numeric] = res[:, 0]
         cat_res = {}
-        for f in np.flatnonzero(allowed & self.is_categorical):
+        for f in categorical:
             out = scan_categorical(
                 histograms[f],
                 self.n_bins_non_missing[f],
@@ -396,11 +404,9 @@ class Splitter:
             )
             gains[f] = out[0]
             cat_res[int(f)] = out
-        # scikit-learn's choice: the first feature of strictly greatest gain.
-        best = int(candidates[0])
-        for f in candidates[1:]:
-            if gains[f] > gains[best]:
-                best = int(f)
+        # scikit-learn's choice: the first feature of strictly greatest gain
+        # (argmax returns the first of the greatest).
+        best = int(candidates[np.argmax(gains[candidates])])
         l2 = self.l2_regularization
         if gains[best] <= 0:
             return SplitInfo(
@@ -461,13 +467,14 @@ class Splitter:
             self.min_gain_to_split,
             self.hessians_are_constant,
         )
+        feats = np.asarray(feats, dtype=np.int64)
         if self.compiled and feats.shape[0]:
             res = np.empty((feats.shape[0], 6))
             try:
                 _launcher.call(
                     "tree_scan",
                     hist,
-                    feats.astype(np.int64),
+                    feats,
                     n,
                     sg,
                     sh,

@@ -286,6 +286,35 @@ def _partition(
     out[0] = nl
 
 
+def _add_leaf_values(partition, starts, stops, values, out):
+    # out[row] += value of its leaf, for the rows at positions [starts[k],
+    # stops[k]) of the partition.
+    for k in range(starts.shape[0]):
+        v = values[k]
+        for p in range(starts[k], stops[k]):
+            out[_u(partition[_u(p)])] += v
+
+
+def _bin_chunk(values, thresholds, missing_bin, out, c, start, stop):
+    # out[i]: the bin of values[i], the first threshold >= it (NumPy's
+    # searchsorted, side="left"; binary search); NaN to the missing bin.
+    nt = thresholds.shape[0]
+    for i in range(start, stop):
+        x = values[i]
+        if x != x:
+            out[i] = missing_bin
+            continue
+        lo = 0
+        hi = nt
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if thresholds[mid] < x:
+                lo = mid + 1
+            else:
+                hi = mid
+        out[i] = lo
+
+
 def _predict_chunk(
     feature,
     left,
@@ -330,3 +359,5 @@ _launcher.register("tree_hist", _hist_chunk, min_rows=32768)
 _launcher.register("tree_scan", _scan_numeric)
 _launcher.register("tree_partition", _partition)
 _launcher.register("tree_predict", _predict_chunk, min_rows=16384)
+_launcher.register("tree_leaf_add", _add_leaf_values)
+_launcher.register("tree_bin", _bin_chunk, min_rows=65536)
