@@ -461,11 +461,12 @@ def test_leaf_values_added_at_their_rows(monkeypatch, compiled):
     model._bin_mapper = mapper
     data = model._bin(groups, n)
     g = (np.mean(y) - y).astype(np.float32)
+    builder = HistogramBuilder(data, 256)
     grower = TreeGrower(
         data,
         g,
         np.ones(1, dtype=np.float32),
-        HistogramBuilder(data, 256),
+        builder,
         max_leaf_nodes=8,
         n_bins_non_missing=mapper.n_bins_non_missing_,
         has_missing_values=model._has_missing(data, 255),
@@ -475,6 +476,7 @@ def test_leaf_values_added_at_their_rows(monkeypatch, compiled):
     assert len(grower.finalized_leaves) == 8
     raw = np.full(n, 2.0)
     grower.add_leaf_values(raw)
+    builder.end_tree()
     expected = np.full(n, 2.0)
     grower.make_predictor(mapper.bin_thresholds_).predict_binned(data, 255, expected)
     np.testing.assert_allclose(raw, expected, rtol=1e-15)
@@ -636,8 +638,9 @@ def test_grouped_and_rowwise_histograms_agree():
     row = np.full(data.n_groups, ROWWISE)
     grouped = row.copy()
     grouped[dims] = GROUPED
-    a = build_histograms(data, rows, g[rows], h[rows], row, 256)
-    b = build_histograms(data, rows, g[rows], h[rows], grouped, 256)
+    src = [data.rows_of(k, rows) for k in range(data.n_groups)]
+    a = build_histograms(data, src, g[rows], h[rows], row, 256)
+    b = build_histograms(data, src, g[rows], h[rows], grouped, 256)
     np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
     # A direct count over the joined binned column.
     f = int(np.flatnonzero(data.feature_group == dims[0])[0])
@@ -647,7 +650,9 @@ def test_grouped_and_rowwise_histograms_agree():
     builder.start_tree(g.copy(), h.copy())
     np.testing.assert_allclose(
         builder.build(0, n),
-        build_histograms(data, np.arange(n), g, h, row, 256),
+        build_histograms(
+            data, [data.rows_of(k) for k in range(data.n_groups)], g, h, row, 256
+        ),
         rtol=1e-10,
         atol=1e-10,
     )
@@ -680,6 +685,7 @@ def test_split_moves_the_rows_and_their_gradients(compiled):
     rng = np.random.default_rng(1)
     g = rng.normal(size=n).astype(np.float32)
     h = rng.random(n).astype(np.float32)
+    idx = [ix.copy() for ix in data.idx]
     builder = HistogramBuilder(data, 256)
     builder.start_tree(g.copy(), h.copy())
     builder.compiled = compiled
@@ -706,12 +712,12 @@ def test_split_moves_the_rows_and_their_gradients(compiled):
     np.testing.assert_array_equal(builder.hessians, h[p])
     for k in range(data.n_groups):
         key = builder.keys[builder.key_of[k]]
-        np.testing.assert_array_equal(key, data.rows_of(k, p))
+        np.testing.assert_array_equal(key, p if idx[k].shape[0] == 0 else idx[k][p])
     # The histograms of the right child of the second split, per mode.
     child = p[nl2:nl]
     ref = build_histograms(
         data,
-        child,
+        [child if ix.shape[0] == 0 else ix[child] for ix in idx],
         g[child],
         h[child],
         np.full(data.n_groups, ROWWISE),
@@ -723,6 +729,10 @@ def test_split_moves_the_rows_and_their_gradients(compiled):
             np.isin(np.arange(data.n_groups), dims), mode, ROWWISE
         )
         np.testing.assert_allclose(builder.build(nl2, nl), ref, rtol=1e-10, atol=1e-10)
+    # After the tree, the index vectors are back in target-row order.
+    builder.end_tree()
+    for k in range(data.n_groups):
+        np.testing.assert_array_equal(data.idx[k], idx[k])
 
 
 def test_nan_inside_a_source_is_missing():

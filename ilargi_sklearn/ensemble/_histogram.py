@@ -79,18 +79,19 @@ def choose_modes(
 
 def build_histograms(
     data: BinnedData,
-    rows: np.ndarray,
+    sources: list[np.ndarray],
     gradients: np.ndarray,
     hessians: np.ndarray | None,
     modes: np.ndarray,
     n_bins: int,
 ) -> np.ndarray:
-    """The histograms of the node of target rows ``rows`` (NumPy reference).
+    """The histograms of a node (NumPy reference).
 
-    ``gradients`` and ``hessians`` (None: constant) are the node's, one per row
-    of ``rows``. Returns float64 ``(n_features, n_bins, 3)``: summed gradients,
-    hessians (zero when constant) and counts, built per group in ``modes``
-    (row-wise or grouped)."""
+    ``sources[g]`` holds the row of ``data.bins[g]`` of each of the node's rows
+    (``data.rows_of(g, rows)`` for target rows ``rows``); ``gradients`` and
+    ``hessians`` (None: constant) are the node's, one per row. Returns float64
+    ``(n_features, n_bins, 3)``: summed gradients, hessians (zero when
+    constant) and counts, built per group in ``modes`` (row-wise or grouped)."""
     F = data.feature_group.shape[0]
     hist = np.zeros((F, n_bins, 3))
     g = np.asarray(gradients, dtype=np.float64)
@@ -100,7 +101,7 @@ def build_histograms(
         if feats.shape[0] == 0:
             continue
         B = data.bins[grp]
-        src = data.rows_of(grp, rows)
+        src = sources[grp]
         if modes[grp] != ROWWISE:
             m = B.shape[0]
             cnt = np.bincount(src, minlength=m).astype(np.float64)
@@ -179,15 +180,23 @@ class HistogramBuilder:
             data.group_features(g).astype(np.int64) for g in range(data.n_groups)
         )
         # Key 0: the target row (the partition); key k: the row of the k-th
-        # indexed group. Identity groups read their bins through key 0.
+        # indexed group, its index vector itself, permuted in place during a
+        # tree and put back in target order after it (end_tree): no copy of
+        # the n-length index vectors. Identity groups read their bins through
+        # key 0.
         self.key_of = np.zeros(data.n_groups, dtype=np.int64)
+        keys = [np.empty(n, dtype=ROW_DTYPE)]
         for k, g in enumerate(indexed, start=1):
             self.key_of[g] = k
-        self.keys = np.empty((1 + len(indexed), n), dtype=ROW_DTYPE)
-        self._indexed = indexed
+            ix = data.idx[g]
+            if not (
+                ix.dtype == ROW_DTYPE and ix.flags.c_contiguous and ix.flags.writeable
+            ):
+                ix = np.ascontiguousarray(ix, dtype=ROW_DTYPE).copy()
+            keys.append(ix)
+        self.keys = tuple(keys)
         self._buffer = np.empty(n, dtype=ROW_DTYPE)
         self._mask = np.empty(n, dtype=np.uint8)
-        self._key_rows = tuple(self.keys[k] for k in range(self.keys.shape[0]))
         self._bins = _launcher.uniform_tuple(data.bins)
         self._n_threads = 1
         self.gradients = np.zeros(0, dtype=np.float32)
@@ -207,10 +216,12 @@ class HistogramBuilder:
         hessians (None: constant).
 
         They are not copied: the partition reorders them in place, so they are
-        the tree's own (the fit computes them anew for every tree)."""
-        self.keys[0] = np.arange(self.data.n_rows, dtype=ROW_DTYPE)
-        for k, g in enumerate(self._indexed, start=1):
-            self.keys[k] = self.data.idx[g]
+        the tree's own (the fit computes them anew for every tree). The index
+        vectors are reordered with them until :meth:`end_tree`."""
+        partition = self.keys[0]
+        partition[:1] = 0
+        partition[1:] = 1
+        np.cumsum(partition, out=partition)
         if gradients.dtype != np.float32 or not gradients.flags.c_contiguous:
             raise ValueError("the trees take C-contiguous float32 gradients.")
         self.gradients = gradients
@@ -220,10 +231,27 @@ class HistogramBuilder:
         self.compiled = numba_available()
         self._n_threads = _launcher.n_threads() if self.compiled else 1
 
+    def end_tree(self) -> None:
+        """Put the index vectors back in target-row order (after a tree's
+        partition has been read: the leaves' rows)."""
+        partition = self.keys[0]
+        indexed = self.keys[1:]
+        if not indexed:
+            return
+        if self.compiled:
+            try:
+                _launcher.call("tree_unpartition", indexed, partition, self._buffer)
+                return
+            except CompiledUnavailable:
+                self.compiled = False
+        for ix in indexed:
+            self._buffer[partition] = ix
+            ix[:] = self._buffer
+
     def _carried(self) -> tuple:
         """The arrays a split moves, as one homogeneous tuple of int32 arrays
         (the gradients' and hessians' bits: a partition only moves them)."""
-        arrays = list(self._key_rows)
+        arrays = list(self.keys)
         arrays.append(self.gradients.view(ROW_DTYPE))
         if self.hessians.shape[0]:
             arrays.append(self.hessians.view(ROW_DTYPE))
@@ -263,7 +291,7 @@ class HistogramBuilder:
         h = self.hessians[start:stop] if self.hessians.shape[0] else None
         return build_histograms(
             self.data,
-            self.partition[start:stop],
+            [self.keys[k][start:stop] for k in self.key_of],
             self.gradients[start:stop],
             h,
             modes,
@@ -281,7 +309,7 @@ class HistogramBuilder:
         accs, touched = self._buffers(max(n_chunks, 1))
         out = np.zeros((n_chunks, F, self.n_bins, 3))
         head = (
-            self._key_rows,
+            self.keys,
             self.key_of,
             self.gradients,
             self.hessians,
@@ -341,7 +369,7 @@ class HistogramBuilder:
                 self.compiled = False
         return split_rows(
             tuple(a[start:stop] for a in carried),
-            self.keys[key, start:stop],
+            self.keys[key][start:stop],
             data.bins[g][:, col],
             threshold,
             missing_left,

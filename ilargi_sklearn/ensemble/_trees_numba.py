@@ -286,6 +286,18 @@ def _partition(
     out[0] = nl
 
 
+def _unpartition(arrays, partition, buf):
+    # Each array back in target-row order: the value at position p belongs to
+    # row partition[p].
+    n = partition.shape[0]
+    for k in range(len(arrays)):
+        a = arrays[k]
+        for p in range(n):
+            buf[_u(partition[_u(p)])] = a[_u(p)]
+        for i in range(n):
+            a[_u(i)] = buf[_u(i)]
+
+
 def _add_leaf_values(partition, starts, stops, values, out):
     # out[row] += value of its leaf, for the rows at positions [starts[k],
     # stops[k]) of the partition.
@@ -360,4 +372,5 @@ _launcher.register("tree_scan", _scan_numeric)
 _launcher.register("tree_partition", _partition)
 _launcher.register("tree_predict", _predict_chunk, min_rows=16384)
 _launcher.register("tree_leaf_add", _add_leaf_values)
+_launcher.register("tree_unpartition", _unpartition)
 _launcher.register("tree_bin", _bin_chunk, min_rows=65536)
