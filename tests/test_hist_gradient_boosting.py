@@ -441,7 +441,14 @@ def test_binning_a_column_as_sklearn(monkeypatch, compiled):
     assert out[0, 1] == 0 and out[55, 1] == 255 and out[100, 1] == t.shape[0]
     assert out[101, 1] == 0
     assert not out[:, 0].any()
-    assert launched == (["tree_bin"] if compiled else [])
+    # A column of few distinct values (few thresholds, midpoints).
+    few = rng.integers(0, 10, X.shape[0]).astype(np.float64)
+    ref_few = _BinMapper(n_bins=256, random_state=0).fit(few[:, None])
+    mapper.bin_thresholds_ = ref_few.bin_thresholds_
+    mapper._bin_column(few, 0, out[:, 0])
+    np.testing.assert_array_equal(out[:, 0], ref_few.transform(few[:, None])[:, 0])
+    assert out[:, 0].max() == 9
+    assert launched == (["tree_bin"] * 2 if compiled else [])
 
 
 @pytest.mark.parametrize("compiled", [True, False])

@@ -486,12 +486,11 @@ class BinMapper:
             n_chunks = _launcher.chunks(
                 n, _launcher.MIN_CHUNK_ROWS["tree_bin"], threads
             )
-            head = (
-                col,
-                np.ascontiguousarray(self.bin_thresholds_[f], dtype=np.float64),
-                self.missing_values_bin_idx_,
-                out,
-            )
+            # The kernel's table: the thresholds (at most 254) padded with +inf.
+            padded = np.full(256, np.inf)
+            t = self.bin_thresholds_[f]
+            padded[: t.shape[0]] = t
+            head = (col, padded, self.missing_values_bin_idx_, out)
             try:
                 _launcher.launch("tree_bin", head, n, max(n_chunks, 1), threads)
                 return

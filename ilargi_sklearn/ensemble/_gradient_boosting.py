@@ -743,9 +743,18 @@ class _BaseFactorizedHGB(BaseEstimator):
         out = np.zeros(self._layout.n_features, dtype=np.uint8)
         for g in range(data.n_groups):
             B = data.bins[g]
-            used = np.zeros(B.shape[0], dtype=bool)
-            used[data.rows_of(g)] = True
-            miss = (B[used] == missing_bin).any(axis=0)
+            ix = data.idx[g]
+            if ix.shape[0] == 0:
+                # Every row of an identity group is used (not its pad row).
+                miss = np.zeros(B.shape[1], dtype=bool)
+                step = 1 << 16
+                for start in range(0, data.n_rows, step):
+                    block = B[start : min(start + step, data.n_rows)]
+                    miss |= (block == missing_bin).any(axis=0)
+            else:
+                used = np.zeros(B.shape[0], dtype=bool)
+                used[ix] = True
+                miss = (B[used] == missing_bin).any(axis=0)
             out[data.group_features(g)] = miss
         return out
 
