@@ -155,10 +155,14 @@ class HistogramBuilder:
     """The rows of one fit's tree nodes: their histograms and their partition.
 
     Holds, in the order of the partition, the target row of each position
-    (:attr:`partition`) and its row of every indexed group (reset at the start
-    of each tree, :meth:`start_tree`), the accumulators of the grouped builds
-    (zero between calls) and the number of distinct source rows per group among
-    the training rows. The trees of a fit share it, one at a time.
+    (:attr:`partition`, all rows in order at :meth:`start_tree`) and its row of
+    every indexed group, the accumulators of the grouped builds (zero between
+    calls) and the number of distinct source rows per group among the training
+    rows. The trees of a fit share it, one at a time: between
+    :meth:`start_tree` and :meth:`end_tree` the index vectors of ``data`` are
+    reordered in place with the partition (the builder's keys are those arrays,
+    not copies: ``n`` int32 a dimension less memory), so nothing else may read
+    ``data`` during a tree.
     """
 
     def __init__(self, data: BinnedData, n_bins: int) -> None:

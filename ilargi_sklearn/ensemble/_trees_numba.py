@@ -1,15 +1,19 @@
 """Compiled (numba) kernels of the trees: histograms per source, split scans,
-partitions and binned prediction through the index vectors.
+partitions, binning and binned prediction through the index vectors.
 
 The NumPy reference of each lives beside the code that calls it
-(:mod:`._histogram`, :mod:`._splitting`, :mod:`._predictor`); these register with
-:mod:`.._backend._launcher`, which jits, threads and falls back, and are used only
-where :func:`~.._backend._launcher.numba_available`.
+(:mod:`._histogram`, :mod:`._splitting`, :mod:`._predictor`, :mod:`._binning`,
+:mod:`._grower`); these register with :mod:`.._backend._launcher`, which jits,
+threads and falls back, and are used only where
+:func:`~.._backend._launcher.numba_available`.
 
 A group is a binned source (``bins``, ``uint8``, one row per source row plus a row
-of missing bins) with its index vector (``idx``; empty for the identity) and the
-histogram rows of its columns (``fmap``). A histogram is float64 of shape
-``(n_features, n_bins, 3)``: summed gradients, hessians and counts per bin.
+of missing bins) with its index vector (empty for the identity) and the histogram
+rows of its columns (``fmap``). A histogram is float64 of shape
+``(n_features, n_bins, 3)``: summed gradients, hessians and counts per bin. The
+rows of a tree's nodes are positions in arrays kept in partition order (the
+"carried" arrays, :class:`._histogram.HistogramBuilder`): the target row, the
+source row of each indexed group, the gradients and hessians.
 """
 
 from __future__ import annotations
