@@ -4,7 +4,7 @@ scikit-learn's ``HistGradientBoosting*``, LightGBM and JoinBoost.
 Usage::
 
     python benchmarks/bench_trees.py [--quick] [--threads N] [--rows N]
-        [--parts LIST] [--repeat N] [--trees N] [--out FILE]
+        [--parts LIST] [--repeat N] [--trees N] [--no-memory] [--out FILE]
 
 Parts (``--parts``, default ``goal,grid``):
 
@@ -24,7 +24,7 @@ Parts (``--parts``, default ``goal,grid``):
     installed (``pip install lightgbm``).
 
   Peak memory: the growth of the peak RSS of a fresh process during the fit (join
-  included), per side.
+  included), per side (``--no-memory``: not measured, timings only).
 * ``grid``: where factorizing stops paying: the time ratio join+sklearn /
   factorized over tuple ratios 1-50 and feature ratios 0.5-16 (regression, a
   quarter of ``--rows``, 30 trees).
@@ -207,13 +207,14 @@ def goal_part(args, hw):
             base = timing["join+sklearn"]
             for side, t in timing.items():
                 cfg = dict(data=data, side=side, max_iter=max_iter)
+                mem = None
                 try:
-                    mem = peak_rss_child(
-                        [__file__, "--child", json.dumps(cfg)], timeout=3600
-                    )["peak_rss"]
+                    if not args.no_memory:
+                        mem = peak_rss_child(
+                            [__file__, "--child", json.dumps(cfg)], timeout=3600
+                        )["peak_rss"]
                 except Exception as exc:  # a side that cannot run here
                     print(f"memory of {side} not measured: {exc}", file=sys.stderr)
-                    mem = None
                 rows.append(
                     {
                         "part": "goal",
@@ -556,6 +557,11 @@ def main():
         help="folder of the Hamlet datasets (the real part skips them without it)",
     )
     parser.add_argument("--out", default=None)
+    parser.add_argument(
+        "--no-memory",
+        action="store_true",
+        help="goal part: time only, no peak-memory child processes",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
