@@ -122,9 +122,24 @@ FAMILY = {
     ),
 }
 ESTIMATORS = ("linear", "logistic", "kmeans", "gnmf", *FAMILY)
+#: The cross-validated searches, fitted as the family (``--estimators`` only: each
+#: is many fits). ``"label"`` targets are the classification labels.
+SEARCHES = {
+    "ridgecv": ("RidgeCV", {"alphas": (0.1, 1.0, 10.0)}, "y"),
+    "ridgecv_folds": ("RidgeCV", {"alphas": (0.1, 1.0, 10.0), "cv": 5}, "y"),
+    "lassocv": ("LassoCV", {"alphas": 20, "cv": 5, "tol": 1e-4}, "y"),
+    "elasticnetcv": (
+        "ElasticNetCV",
+        {"l1_ratio": [0.5, 0.9], "alphas": 20, "cv": 5, "tol": 1e-4},
+        "y",
+    ),
+    "logisticcv": ("LogisticRegressionCV", {"Cs": 4, "cv": 3, "max_iter": 50}, "label"),
+}
+FAMILY = {**FAMILY, **SEARCHES}
 #: Estimators that form a dense (d, d) gram on every side, skipped on data wider
 #: than this (the Hamlet datasets' up to 100 thousand one-hot columns).
-GRAM_ONLY, MAX_GRAM_FEATURES = ("lasso", "elasticnet", "pca"), 3000
+GRAM_ONLY = ("lasso", "elasticnet", "pca", "ridgecv", "ridgecv_folds", "lassocv")
+GRAM_ONLY, MAX_GRAM_FEATURES = (*GRAM_ONLY, "elasticnetcv"), 3000
 PLANS = ("factorized", "materialized", "merge+sklearn")
 SKLEARN_NAMES = {
     "linear": "LinearRegression",
@@ -422,8 +437,9 @@ def merge_frames(inp: Inputs) -> tuple[np.ndarray, list[str]]:
             renames[c] = name
             features.append(name)
             if _is_categorical(t[c]) or c in j.categorical:
-                # The table's categories, so that get_dummies after the merge makes a
-                # column for every category, matched or not (as from_frames does).
+                # A column for every category of the matched rows (as from_frames
+                # does): the table's categories, those no target row matches
+                # dropped after the merge.
                 categorical.append(name)
                 if not isinstance(t[c].dtype, pd.CategoricalDtype):
                     t = t.assign(**{c: t[c].astype("category")})
@@ -442,6 +458,13 @@ def merge_frames(inp: Inputs) -> tuple[np.ndarray, list[str]]:
     X = m[features]
     numeric = [c for c in features if c not in categorical]
     X = X.fillna({c: 0.0 for c in numeric})
+    X = X.assign(
+        **{
+            c: X[c].cat.remove_unused_categories()
+            for c in categorical
+            if isinstance(X[c].dtype, pd.CategoricalDtype)
+        }
+    )
     if categorical:
         X = pd.get_dummies(X, columns=categorical, dtype=np.float64)
     return X.to_numpy(dtype=np.float64), [str(c) for c in X.columns]
@@ -611,6 +634,8 @@ def _fit_family(est: str, strategy: str | None, X: Any, inp: Inputs, ctx: Contex
         )
     if target is None:
         return model.fit(X)
+    if target == "label":
+        return model.fit(X, inp.label)
     return model.fit(X, inp.y if target == "y" else ctx.y_positive)
 
 
@@ -1183,9 +1208,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     estimators = [e for e in args.estimators.split(",") if e]
-    unknown = set(estimators) - set(ESTIMATORS)
+    unknown = set(estimators) - set(ESTIMATORS) - set(SEARCHES)
     if unknown:
-        p.error(f"unknown estimators {sorted(unknown)}; choose from {ESTIMATORS}")
+        p.error(
+            f"unknown estimators {sorted(unknown)}; choose from "
+            f"{ESTIMATORS + tuple(SEARCHES)}"
+        )
     if args.repeat is None:
         args.repeat = 1 if args.quick else 2
     if args.child:

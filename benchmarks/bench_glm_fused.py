@@ -76,20 +76,19 @@ def run(rows, repeat):
         # Unmatched keys: zeros, as the dataset reads them.
         return base[cols].fillna(0.0).to_numpy(dtype=np.float64)
 
-    fast = _loss._fast_objective
+    plan = _loss.fused_objective_plan
 
     @contextlib.contextmanager
     def array_code(one_blas):
-        _loss._fast_objective = lambda op, loss: (
-            None if isinstance(loss, _loss.HalfTweedie) else fast(op, loss)
-        )
+        # No compiled plan: every fit's objective is the array code.
+        _loss.fused_objective_plan = lambda op, power=None: None
         blas = _glm.one_blas_thread
         if not one_blas:
             _glm.one_blas_thread = contextlib.nullcontext
         try:
             yield
         finally:
-            _loss._fast_objective = fast
+            _loss.fused_objective_plan = plan
             _glm.one_blas_thread = blas
 
     cases = [

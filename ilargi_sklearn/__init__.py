@@ -90,7 +90,6 @@ def clear_caches() -> None:
     >>> bool(np.allclose(after, before))
     False
     """
-    from ilargi_sklearn.linear_model._loss import _binomial_plans
     from ilargi_sklearn.multisource._cache import clear_materialization_cache
     from ilargi_sklearn.multisource._multi_source import drop_device_copies
     from ilargi_sklearn.multisource._operators import drop_fused_layouts
@@ -104,7 +103,6 @@ def clear_caches() -> None:
     _DATA_FEATURES.clear()
     drop_fused_layouts()
     drop_device_copies()
-    _binomial_plans.clear()
 
 
 __all__ = [

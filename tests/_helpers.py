@@ -1,4 +1,5 @@
 """Pure helpers of the test suite: the tolerance table, ``assert_close``, ``dense``,
+``assert_same_linear_model``,
 the array namespaces the device tests run on, and small supervised datasets.
 
 Test modules import them as ``from _helpers import ...`` (pytest puts ``tests/`` on
@@ -114,6 +115,60 @@ def assert_close(
         f"{err_msg}: {int(bad.sum())} entries differ, max error "
         f"{float(np.nanmax(err)):.3g} (tolerance {float(limit.max()):.3g})"
     )
+
+
+def assert_same_linear_model(
+    est: Any,
+    ref: Any,
+    X: Any = None,
+    X_ref: Any = None,
+    *,
+    dtype: Any = None,
+    kind: str = "solver",
+    y: Any = None,
+    sample_weight: Any = None,
+    err_msg: str = "",
+) -> None:
+    """Two fitted linear models agree within the table's ``kind`` tolerance.
+
+    ``coef_`` and ``intercept_`` (same shapes) relative to the reference's largest
+    coefficient, at least 1: the rounding of a solve carries the scale of the
+    solution, not of each entry. With ``X``, ``est.predict(X)`` and
+    ``ref.predict(X_ref)`` (``X_ref`` defaults to ``X``) relative to the largest
+    prediction; with ``y`` also, the two scores.
+    """
+    assert np.shape(est.coef_) == np.shape(ref.coef_), err_msg
+    assert np.shape(est.intercept_) == np.shape(ref.intercept_), err_msg
+    scale = float(np.max(np.abs(to_numpy(ref.coef_)), initial=1.0))
+    for name in ("coef_", "intercept_"):
+        assert_close(
+            getattr(est, name),
+            getattr(ref, name),
+            dtype=dtype,
+            kind=kind,
+            scale=scale,
+            err_msg=f"{err_msg} {name}",
+        )
+    if X is None:
+        return
+    X_ref = X if X_ref is None else X_ref
+    pred = to_numpy(ref.predict(X_ref))
+    assert_close(
+        est.predict(X),
+        pred,
+        dtype=dtype,
+        kind=kind,
+        scale=float(np.max(np.abs(pred), initial=0.0)),
+        err_msg=f"{err_msg} predict",
+    )
+    if y is not None:
+        assert_close(
+            est.score(X, y, sample_weight=sample_weight),
+            ref.score(X_ref, y, sample_weight=sample_weight),
+            dtype=dtype,
+            kind=kind,
+            err_msg=f"{err_msg} score",
+        )
 
 
 # ----------------------------------------------------------------- namespaces

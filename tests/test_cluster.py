@@ -11,12 +11,12 @@ from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from ilargi_sklearn.cluster import FactorizedKMeans
 from ilargi_sklearn.cluster._kmeans import (
     _average_centers,
-    _FusedLloyd,
     _kmeans_plusplus,
     _labels_inertia,
     _lloyd_steps,
     _LloydSteps,
 )
+from ilargi_sklearn.cluster._lloyd_fused import _FusedLloyd
 from ilargi_sklearn.multisource import FactorizedMatrix, MatrixOperator
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
 

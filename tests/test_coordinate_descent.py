@@ -7,7 +7,13 @@ import pickle
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from _helpers import assert_close, plant_compile_failure, regression_data, tolerance
+from _helpers import (
+    assert_close,
+    assert_same_linear_model,
+    plant_compile_failure,
+    regression_data,
+    tolerance,
+)
 from sklearn import config_context
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
@@ -56,21 +62,6 @@ def _objective(T, y, sw, coef, intercept, alpha, l1_ratio=1.0):
     )
 
 
-def _assert_same_model(est, ref, X, T, dtype, kind="solver"):
-    """``est`` (fitted on the dataset ``X``) and ``ref`` (on its join ``T``) agree."""
-    scale = float(np.max(np.abs(ref.coef_), initial=1.0))
-    assert_close(est.coef_, ref.coef_, dtype=dtype, kind=kind, scale=scale)
-    assert_close(est.intercept_, ref.intercept_, dtype=dtype, kind=kind, scale=scale)
-    pred = ref.predict(T)
-    assert_close(
-        est.predict(X),
-        pred,
-        dtype=dtype,
-        kind=kind,
-        scale=float(np.max(np.abs(pred))),
-    )
-
-
 # ------------------------------------------------------------ scikit-learn parity
 @pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.parametrize("weighted", [False, True])
@@ -82,7 +73,7 @@ def test_matches_sklearn_on_random_schemas(scenario, weighted, Est, Ref, params)
     est = Est(**params, **EXACT[ds.dtype]).fit(ds, y, sample_weight=sw)
     ref = Ref(**params, **EXACT[ds.dtype]).fit(T, y, sample_weight=sw)
     assert est.coef_.dtype == ref.coef_.dtype == ds.dtype
-    _assert_same_model(est, ref, ds, T, ds.dtype)
+    assert_same_linear_model(est, ref, ds, T, dtype=ds.dtype)
     assert np.all((est.coef_ == 0) == (ref.coef_ == 0)) or ds.dtype == np.float32
     if ds.dtype == np.float64:
         # The same updates in the same order: the same number of sweeps (float32
@@ -131,7 +122,7 @@ def test_multi_target_matches_sklearn():
     assert est.coef_.shape == (3, ds.shape[1]) and est.intercept_.shape == (3,)
     assert est.dual_gap_.shape == (3,) and isinstance(est.n_iter_, list)
     assert est.n_iter_ == ref.n_iter_
-    _assert_same_model(est, ref, ds, T, ds.dtype)
+    assert_same_linear_model(est, ref, ds, T, dtype=ds.dtype)
     assert est.sparse_coef_.shape == (3, ds.shape[1])
     # One column of a 2-D y: 1-D coefficients, the intercept keeps y's shape.
     one = FactorizedElasticNet(**kw).fit(ds, Y[:, :1])
@@ -150,7 +141,7 @@ def test_positive_matches_sklearn(scenario, Est, Ref, params):
     est = Est(**params, positive=True, **EXACT[ds.dtype]).fit(ds, y)
     ref = Ref(**params, positive=True, **EXACT[ds.dtype]).fit(T, y)
     assert np.all(est.coef_ >= 0) and np.any(ref.coef_ == 0)
-    _assert_same_model(est, ref, ds, T, ds.dtype)
+    assert_same_linear_model(est, ref, ds, T, dtype=ds.dtype)
     assert est.n_iter_ == ref.n_iter_
 
 
@@ -165,9 +156,11 @@ def test_random_selection_draws_sklearns_coordinates(seed, Est, Ref, params):
     est = Est(**kw).fit(ds, y)
     ref = Ref(**kw, precompute=True).fit(T, y)
     assert est.n_iter_ == ref.n_iter_
-    _assert_same_model(est, ref, ds, T, ds.dtype)
+    assert_same_linear_model(est, ref, ds, T, dtype=ds.dtype)
     exact = Est(**kw, **EXACT[ds.dtype]).fit(ds, y)
-    _assert_same_model(exact, Ref(**kw, **EXACT[ds.dtype]).fit(T, y), ds, T, ds.dtype)
+    assert_same_linear_model(
+        exact, Ref(**kw, **EXACT[ds.dtype]).fit(T, y), ds, T, dtype=ds.dtype
+    )
     # Another seed draws other coordinates: other iterates, the same optimum.
     other = Est(**dict(kw, random_state=seed + 1), **EXACT[ds.dtype]).fit(ds, y)
     assert_close(other.coef_, exact.coef_, kind="solver", scale=1.0)
@@ -182,7 +175,7 @@ def test_warm_start_follows_sklearn_along_a_path():
         est.set_params(alpha=alpha).fit(ds, y)
         ref.set_params(alpha=alpha).fit(T, y)
         assert est.n_iter_ == ref.n_iter_, alpha
-        _assert_same_model(est, ref, ds, T, ds.dtype)
+        assert_same_linear_model(est, ref, ds, T, dtype=ds.dtype)
     # Started at its own optimum, a refit stops before the first sweep.
     assert est.fit(ds, y).n_iter_ == ref.fit(T, y).n_iter_ == 0
     cold = FactorizedElasticNet(alpha=0.02, l1_ratio=0.8).fit(ds, y)
@@ -202,7 +195,7 @@ def test_no_intercept_matches_sklearn(scenario, Est, Ref, params):
     est = Est(**kw).fit(ds, y, sample_weight=sw)
     ref = Ref(**kw).fit(T, y, sample_weight=sw)
     assert est.intercept_ == ref.intercept_ == 0.0
-    _assert_same_model(est, ref, ds, T, ds.dtype)
+    assert_same_linear_model(est, ref, ds, T, dtype=ds.dtype)
     assert est.n_iter_ == ref.n_iter_
 
 
@@ -214,13 +207,13 @@ def test_ridge_and_unpenalized_limits_match_sklearn():
     kw = dict(alpha=0.3, l1_ratio=0.0, **EXACT[ds.dtype])
     est = FactorizedElasticNet(**kw).fit(ds, y)
     ref = ElasticNet(**kw).fit(T, y)
-    _assert_same_model(est, ref, ds, T, ds.dtype)
+    assert_same_linear_model(est, ref, ds, T, dtype=ds.dtype)
     assert est.n_iter_ == ref.n_iter_
     with pytest.warns(UserWarning, match="alpha=0"):
         est = FactorizedLasso(alpha=0.0, **EXACT[ds.dtype]).fit(ds, y)
     with pytest.warns(UserWarning, match="alpha=0"):
         ref = Lasso(alpha=0.0, **EXACT[ds.dtype]).fit(T, y)
-    _assert_same_model(est, ref, ds, T, ds.dtype)
+    assert_same_linear_model(est, ref, ds, T, dtype=ds.dtype)
 
 
 def test_constant_columns_get_a_zero_coefficient_like_sklearn():
@@ -247,7 +240,7 @@ def test_target_with_a_large_offset():
     est = FactorizedLasso(alpha=0.05, **EXACT[ds.dtype]).fit(ds, y)
     ref = Lasso(alpha=0.05, **EXACT[ds.dtype]).fit(T, y)
     assert est.n_iter_ == ref.n_iter_
-    _assert_same_model(est, ref, ds, T, ds.dtype)
+    assert_same_linear_model(est, ref, ds, T, dtype=ds.dtype)
 
 
 # ------------------------------------------------------ factorized == materialized
@@ -524,3 +517,34 @@ def test_compile_failure_falls_back_to_python(monkeypatch, caplog):
     # The gram was computed by the compiled gram kernels in the planted run only.
     assert_close(est.coef_, ref.coef_, kind="compiled", scale=1.0)
     assert est.n_iter_ == ref.n_iter_
+
+
+# ------------------------------------------------------------------ the kernel
+@pytest.mark.parametrize("scenario", ["star", "sparse"])
+def test_enet_kernel_takes_explicit_arguments(scenario):
+    # The kernel of FactorizedElasticNet and of the CV estimators' refit: the
+    # gram statistics and scikit-learn's parameters, nothing read off an
+    # estimator; each target fitted on its own.
+    from ilargi_sklearn.linear_model._coordinate_descent import _enet_fit_gram
+
+    ds, y = regression_data(3, scenario)
+    T = ds.materialize("dense")
+    Y = np.column_stack([y, -0.5 * y + 1.0])
+    sw = _weights(Y.shape[0])
+    kw = dict(alpha=0.05, l1_ratio=0.7, **EXACT[np.dtype(ds.dtype)])
+    stats = centered_gram(ds.operator, sw, True, Y)
+    coef, intercept, dual_gap, n_iter = _enet_fit_gram(
+        stats,
+        coef_init=None,
+        random_state=None,
+        selection="cyclic",
+        positive=False,
+        dtype=ds.dtype,
+        **kw,
+    )
+    assert coef.shape == (2, T.shape[1]) and len(n_iter) == 2
+    ref = ElasticNet(**kw).fit(T, Y, sample_weight=sw)
+    scale = float(np.abs(ref.coef_).max())
+    assert_close(coef, ref.coef_, dtype=ds.dtype, kind="solver", scale=scale)
+    assert_close(intercept, ref.intercept_, dtype=ds.dtype, kind="solver", scale=scale)
+    assert np.all(dual_gap >= 0)

@@ -10,7 +10,7 @@ from _helpers import dense, tolerance
 from sklearn.decomposition import NMF
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
-from ilargi_sklearn.decomposition import FactorizedGNMF
+from ilargi_sklearn.decomposition import FactorizedGNMF, _gnmf_fused
 from ilargi_sklearn.decomposition._gnmf import _frobenius_error
 from ilargi_sklearn.decomposition._svd import _randomized_svd
 from ilargi_sklearn.multisource import FactorizedMatrix, MatrixOperator
@@ -95,9 +95,8 @@ def test_custom_init_matches_sklearn_on_datasets(scenario, strategy, k):
 def test_blocked_updates_match_sklearn_across_many_blocks(monkeypatch, scenario, k):
     # The fused W update walks row blocks; force many small ones (and a partial
     # last block) so the block seams are exercised on small test data.
-    import ilargi_sklearn.decomposition._gnmf as gnmf_module
 
-    monkeypatch.setattr(gnmf_module, "_BLOCK_ELEMENTS", 1)
+    monkeypatch.setattr(_gnmf_fused, "_BLOCK_ELEMENTS", 1)
     ds = random_dataset(7, n_rows=333, scenario=scenario, nonneg=True)
     W0, H0 = _init(*ds.shape, k, seed=5)
     ours = FactorizedGNMF(k, init="custom", max_iter=40, tol=1e-4)
@@ -319,10 +318,9 @@ def test_blocked_numerator_matches_array_path_and_sklearn(monkeypatch, scenario,
     # 64-row blocks (the minimum) over 333 rows: several blocks and a partial last
     # one; left/outer/snowflake/overlap have unmatched rows (index -1), "overlap"
     # has a target column covered by two sources, "sparse" CSR sources.
-    import ilargi_sklearn.decomposition._gnmf as gnmf_module
     from ilargi_sklearn.multisource._operators import fused_layout
 
-    monkeypatch.setattr(gnmf_module, "_BLOCK_ELEMENTS", 1)
+    monkeypatch.setattr(_gnmf_fused, "_BLOCK_ELEMENTS", 1)
     ds = random_dataset(11, n_rows=333, scenario=scenario, nonneg=True)
     op = ds.operator
     rtol = tolerance(ds.dtype, "iterative")
@@ -389,12 +387,11 @@ def test_blocked_numerator_under_scaling_layer(monkeypatch, scenario, k):
     # A FactorizedStandardScaler(with_mean=False) output (T' = T diag(s)) and an
     # affine layer with offsets (a min-max-like shift, T' = (T - 1 o^T) diag(s),
     # non-negative; no offset on CSR columns, which stay unshifted).
-    import ilargi_sklearn.decomposition._gnmf as gnmf_module
     from ilargi_sklearn.multisource import AffineOperator
     from ilargi_sklearn.multisource._operators import fused_layout
     from ilargi_sklearn.preprocessing import FactorizedStandardScaler
 
-    monkeypatch.setattr(gnmf_module, "_BLOCK_ELEMENTS", 1)
+    monkeypatch.setattr(_gnmf_fused, "_BLOCK_ELEMENTS", 1)
     ds = random_dataset(5, n_rows=260, scenario=scenario, nonneg=True)
     rtol = tolerance(ds.dtype, "iterative")
     scaled = FactorizedStandardScaler(with_mean=False).fit(ds).transform(ds)
@@ -448,7 +445,7 @@ def test_w_update_picks_the_numpy_fast_variants():
     xps = pytest.importorskip("array_api_strict")
     ds = random_dataset(3, n_rows=120, scenario="left", nonneg=True)
     W = np.ones((ds.shape[0], 2))
-    assert type(_gnmf._w_update(ds.operator, W)) is _gnmf._BlockedNumerator
+    assert type(_gnmf._w_update(ds.operator, W)) is _gnmf_fused._BlockedNumerator
     assert type(_gnmf._w_update(ds.operator, W.astype(np.float32))) is (
         _gnmf._HostProductNumerator
     )
@@ -469,7 +466,7 @@ def test_generic_w_update_on_numpy_matches_the_fast_variants(
     # iteration count and loss of the NumPy variants (the same kernel around it).
     import ilargi_sklearn.decomposition._gnmf as gnmf_module
 
-    monkeypatch.setattr(gnmf_module, "_BLOCK_ELEMENTS", 1)
+    monkeypatch.setattr(_gnmf_fused, "_BLOCK_ELEMENTS", 1)
     ds = random_dataset(8, n_rows=250, scenario=scenario, nonneg=True)
     rtol = tolerance(ds.dtype, "iterative")
     W0, H0 = _init(*ds.shape, 3, dtype=ds.dtype, seed=4)

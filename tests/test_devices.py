@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from _helpers import strict_namespace, tolerance
+from _helpers import assert_close, assert_same_linear_model, strict_namespace
 
 from ilargi_sklearn._backend import _gpu
 from ilargi_sklearn._backend._gpu import probe_gpu
@@ -82,21 +82,17 @@ def test_linear_regression_on_strict_device(scenario, weighted):
     yd = asarray_on(y, xps, DEV)
     swd = None if sw is None else asarray_on(sw, xps, DEV)
     est = FactorizedLinearRegression().fit(dd, yd, sample_weight=swd)
-    tol = tolerance(ds.dtype, "fit")
     # Fitted attributes stay where the fit ran.
     assert get_namespace(est.coef_) is xps and device_of(est.coef_) == DEV
-    np.testing.assert_allclose(to_numpy(est.coef_), ref.coef_, rtol=tol, atol=tol)
-    np.testing.assert_allclose(
-        float(to_numpy(est.intercept_)), ref.intercept_, rtol=tol, atol=tol
-    )
+    assert_same_linear_model(est, ref, dtype=ds.dtype, kind="fit")
     # Predictions in the caller's namespace: device data gives device results ...
     pred = est.predict(dd)
     assert get_namespace(pred) is xps and device_of(pred) == DEV
-    np.testing.assert_allclose(to_numpy(pred), ref.predict(ds), rtol=tol, atol=tol)
+    assert_close(pred, ref.predict(ds), dtype=ds.dtype, kind="fit")
     # ... and host data gives NumPy, with the device-fitted model.
     pred_host = est.predict(ds)
     assert isinstance(pred_host, np.ndarray)
-    np.testing.assert_allclose(pred_host, ref.predict(ds), rtol=tol, atol=tol)
+    assert_close(pred_host, ref.predict(ds), dtype=ds.dtype, kind="fit")
     # device="cpu" computes on the host and answers in the caller's namespace.
     est.set_params(device="cpu")
     pred_cpu = est.predict(dd)
@@ -124,14 +120,14 @@ def test_linear_gd_on_strict_device_equals_numpy(weighted):
 
 def test_linear_sparse_on_device_is_unsupported():
     from ilargi_sklearn._backend._plan import UnsupportedOnDeviceError
-    from ilargi_sklearn.linear_model import _linear
+    from ilargi_sklearn.linear_model import _base
 
     class SparseOnDevice:
         is_sparse = True
         xp = xps
 
     with pytest.raises(UnsupportedOnDeviceError, match="device='cpu'"):
-        _linear._check_device_support(SparseOnDevice())
+        _base._check_device_support(SparseOnDevice())
 
 
 def test_linear_regression_on_strict_arrays_and_pickle():

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from _helpers import dense, tolerance
 
-from ilargi_sklearn.linear_model._linear import _solve_lsqr
+from ilargi_sklearn.linear_model._least_squares import _solve_lsqr
 from ilargi_sklearn.multisource import (
     AffineOperator,
     FactorizedMatrix,

@@ -1,7 +1,9 @@
 """The compiled pass of the logistic and log-link Tweedie objectives
 (``linear_model/_glm_numba.py``): equal to NumPy."""
 
+import gc
 import warnings
+import weakref
 
 import numpy as np
 import pytest
@@ -16,15 +18,12 @@ from ilargi_sklearn.linear_model import (
     FactorizedLogisticRegression,
     FactorizedPoissonRegressor,
     FactorizedTweedieRegressor,
+    _fused_loss,
     _glm_numba,
     _loss,
 )
-from ilargi_sklearn.linear_model._loss import (
-    HalfTweedie,
-    _fast_objective,
-    _fused_binomial_plan,
-    _loss_and_grad,
-)
+from ilargi_sklearn.linear_model._fused_loss import fused_objective_plan
+from ilargi_sklearn.linear_model._loss import HalfTweedie, _loss_and_grad, _objective
 from ilargi_sklearn.multisource import AffineOperator, MatrixOperator
 from ilargi_sklearn.multisource._operators import fused_layout
 from ilargi_sklearn.preprocessing import FactorizedStandardScaler
@@ -41,13 +40,13 @@ pytestmark = pytest.mark.usefixtures("compiled_enabled")
 def spy_plan(monkeypatch):
     """Count the objective evaluations that ran compiled."""
     calls = []
-    original = _loss._FusedBinomial.loss_and_grad
+    original = _fused_loss._FusedBinomial.sums
 
     def spy(self, *args):
         calls.append(1)
         return original(self, *args)
 
-    monkeypatch.setattr(_loss._FusedBinomial, "loss_and_grad", spy)
+    monkeypatch.setattr(_fused_loss._FusedBinomial, "sums", spy)
     return calls
 
 
@@ -58,6 +57,17 @@ def _operators(ds):
     ).fit_transform(ds)
     ops["scaled"] = scaled.operator
     return ops
+
+
+def _compiled_objective(
+    w, op, y, sample_weight, sw_sum, l2_reg_strength, fit_intercept, n_outputs, loss
+):
+    """The objective of a fit on ``op`` (compiled where it applies) at ``w``: the
+    arguments of ``_loss_and_grad``."""
+    objective = _objective(op, loss)
+    return objective(
+        w, y, sample_weight, sw_sum, l2_reg_strength, fit_intercept, n_outputs
+    )
 
 
 def _numpy_objective(monkeypatch, *args):
@@ -73,7 +83,7 @@ def test_objective_equals_numpy(scenario, weighted, block, monkeypatch, spy_plan
     if block is not None:
         # Rows in blocks as on large data (several blocks, a shorter last one).
         monkeypatch.setattr(
-            _loss._FusedBinomial, "_block_rows", staticmethod(lambda n: block)
+            _fused_loss._FusedBinomial, "_block_rows", staticmethod(lambda n: block)
         )
     rng = np.random.default_rng(1)
     ds = random_dataset(2, n_rows=250, scenario=scenario)
@@ -86,7 +96,7 @@ def test_objective_equals_numpy(scenario, weighted, block, monkeypatch, spy_plan
             w = rng.standard_normal(m + 1) * scale
             args = (w, op, y, sw, sw_sum, 0.3, True, 1, "binomial")
             before = len(spy_plan)
-            value, grad = _loss_and_grad(*args)
+            value, grad = _compiled_objective(*args)
             assert len(spy_plan) == before + 1, name
             ref_value, ref_grad = _numpy_objective(monkeypatch, *args)
             tol = 1e-5 if op.dtype == np.float32 else 1e-11
@@ -106,7 +116,7 @@ def test_objective_without_intercept_and_penalty(monkeypatch):
     y = (rng.random(200) < 0.5).astype(float)
     w = rng.standard_normal(ds.shape[1])
     args = (w, ds.operator, y, None, 200.0, 0.0, False, 1, "binomial")
-    value, grad = _loss_and_grad(*args)
+    value, grad = _compiled_objective(*args)
     ref_value, ref_grad = _numpy_objective(monkeypatch, *args)
     np.testing.assert_allclose(value, ref_value, rtol=1e-12)
     np.testing.assert_allclose(grad, ref_grad, rtol=1e-11, atol=1e-14)
@@ -147,14 +157,14 @@ def test_unmatched_rows_and_bins():
 
 def test_plan_covers_numpy_operators_only():
     ds = random_dataset(0, n_rows=50, scenario="sparse")
-    assert _fused_binomial_plan(ds.operator) is not None
+    assert fused_objective_plan(ds.operator) is not None
     A = ds.materialize("dense")
-    assert _fused_binomial_plan(MatrixOperator(np.asarray(A))) is not None
-    assert _fused_binomial_plan(MatrixOperator(sp.csr_matrix(A))) is not None
+    assert fused_objective_plan(MatrixOperator(np.asarray(A))) is not None
+    assert fused_objective_plan(MatrixOperator(sp.csr_matrix(A))) is not None
     # Centering a CSR source is left to the NumPy path.
     m = ds.shape[1]
     centered = AffineOperator(ds.operator, scale=np.ones(m), offset=np.ones(m))
-    assert _fused_binomial_plan(centered) is None
+    assert fused_objective_plan(centered) is None
 
 
 @pytest.mark.parametrize("scenario", ["star", "left", "sparse", "float32", "overlap"])
@@ -186,25 +196,30 @@ def test_narrow_base_column_major_copy_lives_for_the_fit(scenario, monkeypatch):
     # On data of several row blocks a narrow dense identity source is copied
     # column-major for the products; the fit is the same, and the copy is
     # released with the plan when the fit ends.
-    monkeypatch.setattr(_loss._FusedBinomial, "_block_rows", staticmethod(lambda n: 37))
+    monkeypatch.setattr(
+        _fused_loss._FusedBinomial, "_block_rows", staticmethod(lambda n: 37)
+    )
     ds = random_dataset(5, n_rows=300, scenario=scenario)
     op = ds.operator
     y = (ds.materialize("dense")[:, 0] > 0).astype(int)
-    seen = []
-    original = _loss._FusedBinomial.loss_and_grad
+    seen, plans = [], []
+    original = _fused_loss._FusedBinomial.sums
 
     def spy(self, *args):
         seen.append(self.base)
+        plans.append(weakref.ref(self))
         return original(self, *args)
 
-    monkeypatch.setattr(_loss._FusedBinomial, "loss_and_grad", spy)
+    monkeypatch.setattr(_fused_loss._FusedBinomial, "sums", spy)
     kw = dict(C=0.5, tol=1e-10, max_iter=500)
     est = FactorizedLogisticRegression(**kw).fit(ds, y)
     X0 = fused_layout(op).base
     assert isinstance(X0, np.ndarray) and X0.flags.c_contiguous
     assert seen and all(b.flags.f_contiguous and b.dtype == X0.dtype for b in seen)
     np.testing.assert_array_equal(seen[0], X0)
-    assert op not in _loss._binomial_plans
+    # The plan (and its copy) went with the fit's objective.
+    gc.collect()
+    assert plans and all(plan() is None for plan in plans)
     with monkeypatch.context() as m:
         m.setenv(_launcher.NO_NUMBA_ENV, "1")
         ref = FactorizedLogisticRegression(**kw).fit(ds, y)
@@ -251,16 +266,16 @@ def _tweedie_target(rng, n, power):
 )
 def test_tweedie_objective_equals_numpy(scenario, power, variant, monkeypatch):
     calls = []
-    original = _loss._FusedBinomial.loss_and_grad
+    original = _fused_loss._FusedBinomial.sums
 
     def spy(self, *args):
-        calls.append(args[-1])
+        calls.append(self.power)
         return original(self, *args)
 
-    monkeypatch.setattr(_loss._FusedBinomial, "loss_and_grad", spy)
+    monkeypatch.setattr(_fused_loss._FusedBinomial, "sums", spy)
     if variant == "blocks-of-37":
         monkeypatch.setattr(
-            _loss._FusedBinomial, "_block_rows", staticmethod(lambda n: 37)
+            _fused_loss._FusedBinomial, "_block_rows", staticmethod(lambda n: 37)
         )
     rng = np.random.default_rng(3)
     ds = random_dataset(2, n_rows=250, scenario=scenario)
@@ -275,7 +290,7 @@ def test_tweedie_objective_equals_numpy(scenario, power, variant, monkeypatch):
             w = rng.standard_normal(m + int(fit_intercept)) * scale / np.sqrt(m)
             args = (w, op, y, sw, sw_sum, 0.3, fit_intercept, 1, loss)
             before = len(calls)
-            value, grad = _loss_and_grad(*args)
+            value, grad = _compiled_objective(*args)
             assert calls[before:] == [power], name
             ref_value, ref_grad = _numpy_objective(monkeypatch, *args)
             assert_close(
@@ -328,13 +343,23 @@ def test_tweedie_overflow_is_not_finite_as_in_numpy(power):
     np.testing.assert_array_equal(g, grad)
 
 
-def test_identity_link_and_other_losses_stay_on_the_array_code():
+def test_identity_link_and_other_losses_stay_on_the_array_code(monkeypatch):
     op = random_dataset(0, n_rows=50, scenario="star").operator
-    assert _fast_objective(op, HalfTweedie(1.5)) is not None
-    assert _fast_objective(op, HalfTweedie(1.5, "identity")) is None
-    assert _fast_objective(op, HalfTweedie(0.0, "identity")) is None
-    assert _fast_objective(op, "squared") is None
-    assert _fast_objective(op, "multinomial") is None
+    powers = []
+
+    def plan(op, power=None):
+        powers.append(power)
+        return fused_objective_plan(op, power)
+
+    monkeypatch.setattr(_loss, "fused_objective_plan", plan)
+    for loss in (HalfTweedie(1.5, "identity"), HalfTweedie(0.0, "identity")):
+        _objective(op, loss)
+    _objective(op, "squared")
+    _objective(op, "multinomial")
+    assert powers == []
+    _objective(op, HalfTweedie(1.5))
+    _objective(op, "binomial")
+    assert powers == [1.5, None]
 
 
 GLM_FITS = [
@@ -351,18 +376,17 @@ def test_glm_fit_runs_compiled_and_equals_numpy(
     Est, params, family, power, scenario, monkeypatch
 ):
     calls = []
-    original = _loss._FusedBinomial.loss_and_grad
+    original = _fused_loss._FusedBinomial.sums
 
     def spy(self, *args):
-        calls.append(args[-1])
+        calls.append(self.power)
         return original(self, *args)
 
-    monkeypatch.setattr(_loss._FusedBinomial, "loss_and_grad", spy)
+    monkeypatch.setattr(_fused_loss._FusedBinomial, "sums", spy)
     ds, y = glm_data(7, scenario=scenario, n_rows=300, family=family)
     kw = dict(alpha=1e-3, tol=1e-10, max_iter=1000, **params)
     est = Est(**kw).fit(ds, y)
     assert calls and set(calls) == {power}
-    assert ds.operator not in _loss._binomial_plans
     with monkeypatch.context() as m:
         m.setenv(_launcher.NO_NUMBA_ENV, "1")
         ref = Est(**kw).fit(ds, y)
@@ -385,3 +409,24 @@ def test_glm_compile_failure_falls_back_to_numpy(monkeypatch, caplog):
     assert "could not compile" in caplog.text
     assert not _launcher.numba_available()
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-10)
+
+
+def test_a_fit_makes_its_compiled_objective_once(monkeypatch, spy_plan):
+    # Chosen once per fit (not looked up per evaluation), made once per path of
+    # Cs, and gone with the fit.
+    made = []
+    original = _fused_loss._FusedBinomial.__init__
+
+    def init(self, *args, **kwargs):
+        made.append(weakref.ref(self))
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(_fused_loss._FusedBinomial, "__init__", init)
+    ds = random_dataset(6, n_rows=400, scenario="star")
+    y = dense(ds)[:, 0] + 0.5 * np.random.default_rng(0).random(400) > 0.5
+    FactorizedLogisticRegression(C=0.5, tol=1e-10, max_iter=500).fit(ds, y)
+    assert len(made) == 1 and len(spy_plan) > 5
+    FactorizedPoissonRegressor(alpha=1e-3).fit(ds, np.exp(dense(ds)[:, 0] / 4))
+    assert len(made) == 2
+    gc.collect()
+    assert all(plan() is None for plan in made)

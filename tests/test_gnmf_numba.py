@@ -95,7 +95,7 @@ def test_gnmf_compiled_pass_equals_numpy(monkeypatch, dtype):
         return original(*args)
 
     monkeypatch.setattr(
-        "ilargi_sklearn.decomposition._gnmf.mu_update", spy, raising=True
+        "ilargi_sklearn.decomposition._gnmf_fused.mu_update", spy, raising=True
     )
     fast = FactorizedGNMF(**kw).fit(ds)
     assert calls
@@ -220,7 +220,7 @@ def spy_mu_rows(monkeypatch):
         calls.append(original(*args))
         return calls[-1]
 
-    monkeypatch.setattr("ilargi_sklearn.decomposition._gnmf.mu_rows", spy)
+    monkeypatch.setattr("ilargi_sklearn.decomposition._gnmf_fused.mu_rows", spy)
     return calls
 
 
@@ -230,10 +230,10 @@ def test_gnmf_row_update_equals_numpy(monkeypatch, spy_mu_rows, scenario, gather
     # 10 components: the W pass runs mu_rows where it applies (a dense base or
     # none, not a CSR one) and matches the NumPy pass; with ``gather`` every
     # table counts as large and is gathered by np.take before the loop.
-    from ilargi_sklearn.decomposition import FactorizedGNMF, _gnmf
+    from ilargi_sklearn.decomposition import FactorizedGNMF, _gnmf_fused
 
     if gather:
-        monkeypatch.setattr(_gnmf, "_INLINE_TABLE_BYTES", 0)
+        monkeypatch.setattr(_gnmf_fused, "_INLINE_TABLE_BYTES", 0)
 
     ds = random_dataset(3, scenario=scenario, n_rows=700, nonneg=True)
     rng = np.random.default_rng(1)

@@ -18,7 +18,8 @@ from ilargi_sklearn.linear_model import (
     FactorizedElasticNetCV,
     FactorizedLassoCV,
     FactorizedRidgeCV,
-    _cv,
+    _coordinate_descent_cv,
+    _ridge_cv,
 )
 from ilargi_sklearn.multisource import FactorizedMatrix, set_statistics_cache
 from ilargi_sklearn.preprocessing import FactorizedStandardScaler
@@ -140,7 +141,7 @@ def test_ridge_loo_hat_diagonal_from_rowwise_quadratic():
     Y = y[:, None]
     stats = centered_gram(op, sw, True, Y)
     alphas = np.array([0.1, 10.0])
-    looe, _, _ = _cv._ridge_loo(op, Y, sw, True, stats, alphas)
+    looe, _, _ = _ridge_cv._ridge_loo(op, Y, sw, True, stats, alphas)
     from sklearn.linear_model import Ridge
 
     for i in (0, 7, len(y) - 1):
@@ -257,9 +258,9 @@ def test_warm_path_equals_cold_fits():
     T = ds.materialize("dense")
     op, Y = ds.operator, y[:, None]
     stats = centered_gram(op, None, True, Y)
-    grid = _cv._alpha_grid(stats, 0.5, 1e-3, 15, False)
+    grid = _coordinate_descent_cv._alpha_grid(stats, 0.5, 1e-3, 15, False)
     for tol in (1e-4, 1e-10):
-        coefs, failed = _cv._enet_path(
+        coefs, failed = _coordinate_descent_cv._enet_path(
             stats,
             grid,
             0.5,
@@ -324,7 +325,7 @@ def test_path_work_does_not_grow_with_alphas(monkeypatch, no_stats_cache, n_alph
     assert counter.calls == {"gram": 5, "matmul": 0, "rmatmul": 5}
     # Where the statistics could not resolve the errors: one test product per
     # fold for every alpha and l1_ratio.
-    monkeypatch.setattr(_cv, "_MSE_FROM_STATS_ERROR", 0.0)
+    monkeypatch.setattr(_coordinate_descent_cv, "_MSE_FROM_STATS_ERROR", 0.0)
     counter.calls.update(gram=0, matmul=0, rmatmul=0)
     FactorizedElasticNetCV(l1_ratio=[0.5, 1.0], alphas=n_alphas, cv=4).fit(ds, y)
     assert counter.calls == {"gram": 5, "matmul": 4, "rmatmul": 5}
@@ -338,8 +339,8 @@ def test_test_errors_from_statistics_equal_residuals(scenario):
     op, Y = ds.operator, y[:, None]
     train, test = np.arange(0, len(y), 2), np.arange(1, len(y), 2)
     stats = centered_gram(op.take_rows(train), None, True, Y[train])
-    grid = _cv._alpha_grid(stats, 1.0, 1e-3, 12, False)
-    coefs, _ = _cv._enet_path(
+    grid = _coordinate_descent_cv._alpha_grid(stats, 1.0, 1e-3, 12, False)
+    coefs, _ = _coordinate_descent_cv._enet_path(
         stats,
         grid,
         1.0,
@@ -355,7 +356,9 @@ def test_test_errors_from_statistics_equal_residuals(scenario):
     for w in (None, sw):
         args = (op.take_rows(test), Y[test], w, coefs, intercepts)
         assert_close(
-            _cv._path_mse(*args), _cv._path_mse_by_product(*args), kind="solver"
+            _coordinate_descent_cv._path_mse(*args),
+            _coordinate_descent_cv._path_mse_by_product(*args),
+            kind="solver",
         )
     # An exact fit: the statistics' rounding is above the error, residuals used.
     exact = ds.materialize("dense") @ np.arange(ds.shape[1], dtype=float)
@@ -366,8 +369,8 @@ def test_test_errors_from_statistics_equal_residuals(scenario):
         np.arange(ds.shape[1], dtype=float)[None, :, None],
         np.zeros((1, 1)),
     )
-    mse = _cv._path_mse(*args)
-    assert mse[0] == _cv._path_mse_by_product(*args)[0]
+    mse = _coordinate_descent_cv._path_mse(*args)
+    assert mse[0] == _coordinate_descent_cv._path_mse_by_product(*args)[0]
     assert mse[0] < 1e-20
 
 
@@ -385,12 +388,12 @@ def test_ridge_work_does_not_grow_with_alphas(
     counter.calls.update(gram=0, matmul=0, rmatmul=0)
     with caplog.at_level("DEBUG", logger="ilargi_sklearn.utils._stats"):
         FactorizedRidgeCV(alphas=alphas, cv=3).fit(ds, y)
-    # All rows, the three test folds (their training folds are the difference,
-    # except where the guard computed one directly: on these 90 rows a test fold
-    # carries most of a column's mass) and the refit (with the statistics cache
-    # on, the refit finds the first); the refit's refinement may add products.
+    # All rows and the three test folds (their training folds are the
+    # difference, except where the guard computed one directly: on these 90 rows
+    # a test fold carries most of a column's mass); the refit solves from the
+    # statistics of all rows, cache or not (its refinement may add products).
     direct = sum("no downdating" in r.getMessage() for r in caplog.records)
-    assert counter.calls["gram"] == 5 + direct
+    assert counter.calls["gram"] == 4 + direct
     assert 3 <= counter.calls["matmul"] <= 3 + 5
 
 
@@ -538,3 +541,63 @@ def test_ridge_loo_wide_and_zero_weights_match_sklearn():
     est = FactorizedLassoCV(**TIGHT).fit(X, y, sw)
     ref = LassoCV(**TIGHT).fit(X, y, sample_weight=sw)
     _assert_same_path(est, ref, np.float64)
+
+
+# ------------------------------------------------------------ the refit's solver
+def test_ridge_folds_refit_with_the_solver_that_scored_the_candidates(monkeypatch):
+    # The folds' candidates are exact solves of the penalized gram; the refit is
+    # one too (FactorizedRidge's "cholesky"), also where FactorizedRidge's
+    # "auto" would iterate (wide sparse data: LSQR stopped at its tol).
+    import ilargi_sklearn.linear_model._least_squares as least_squares
+    from ilargi_sklearn.linear_model import FactorizedRidge
+
+    monkeypatch.setattr(least_squares, "_MAX_DENSE_GRAM_FEATURES", 4)
+    rng = np.random.default_rng(3)
+    X = sp.random(300, 12, density=0.3, random_state=rng, format="csr")
+    y = X @ rng.standard_normal(12) + 0.5 * rng.standard_normal(300)
+    est = FactorizedRidgeCV(alphas=[0.01, 0.1, 1.0], cv=3).fit(X, y)
+    assert FactorizedRidge(alpha=est.alpha_).fit(X, y).solver_ == "lsqr"
+    exact = FactorizedRidge(alpha=est.alpha_, solver="cholesky").fit(X, y)
+    np.testing.assert_allclose(est.coef_, exact.coef_, rtol=1e-12, atol=1e-14)
+    ref = RidgeCV(alphas=[0.01, 0.1, 1.0], cv=3).fit(X.toarray(), y)
+    assert est.alpha_ == ref.alpha_
+    assert_close(est.coef_, ref.coef_, kind="solver", scale=1.0)
+
+
+# -------------------------------------------------------- pickles of old paths
+@pytest.mark.parametrize(
+    "est, new",
+    [
+        (FactorizedRidgeCV(alphas=ALPHAS), "_ridge_cv"),
+        (FactorizedLassoCV(cv=3), "_coordinate_descent_cv"),
+        (FactorizedElasticNetCV(cv=3), "_coordinate_descent_cv"),
+    ],
+    ids=["ridge", "lasso", "enet"],
+)
+def test_models_pickled_before_the_cv_split_load(est, new):
+    # A pickle of a model fitted before the CV estimators moved names their old
+    # module, linear_model._cv: it loads (with a FutureWarning), as the model.
+    import pickle
+    import subprocess
+    import sys
+
+    ds, y = _noisy("star")
+    est.fit(ds, y)
+    old = pickle.dumps(est, protocol=0).replace(
+        f"ilargi_sklearn.linear_model.{new}\n".encode(),
+        b"ilargi_sklearn.linear_model._cv\n",
+    )
+    assert b"ilargi_sklearn.linear_model._cv\n" in old
+    with pytest.warns(FutureWarning, match="moved to ilargi_sklearn.linear_model"):
+        back = pickle.loads(old)
+    assert type(back) is type(est)
+    np.testing.assert_array_equal(back.predict(ds), est.predict(ds))
+    # In a fresh process, unpickling alone (no import of ilargi_sklearn first).
+    code = (
+        "import pickle, sys, warnings; warnings.simplefilter('ignore');"
+        "obj = pickle.loads(sys.stdin.buffer.read()); print(type(obj).__module__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], input=old, capture_output=True, check=True
+    )
+    assert out.stdout.decode().strip() == f"ilargi_sklearn.linear_model.{new}"

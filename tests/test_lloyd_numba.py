@@ -12,7 +12,7 @@ from sklearn.cluster import KMeans
 
 from ilargi_sklearn import MultiSourceDataset
 from ilargi_sklearn._backend import _launcher
-from ilargi_sklearn.cluster import FactorizedKMeans, _kmeans, _lloyd_numba
+from ilargi_sklearn.cluster import FactorizedKMeans, _kmeans, _lloyd_fused, _lloyd_numba
 from ilargi_sklearn.multisource import (
     AffineOperator,
 )
@@ -28,15 +28,15 @@ pytestmark = pytest.mark.usefixtures("compiled_enabled")
 
 @pytest.fixture
 def spy_fused(monkeypatch):
-    """Count the runs of the compiled Lloyd loop."""
+    """Count the runs of the compiled Lloyd loop (each ends in one ``keep``)."""
     calls = []
-    original = _kmeans._kmeans_single_lloyd_fused
+    original = _lloyd_fused._FusedLloyd.keep
 
-    def spy(*args, **kwargs):
+    def spy(self, labels):
         calls.append(1)
-        return original(*args, **kwargs)
+        return original(self, labels)
 
-    monkeypatch.setattr(_kmeans, "_kmeans_single_lloyd_fused", spy)
+    monkeypatch.setattr(_lloyd_fused._FusedLloyd, "keep", spy)
     return calls
 
 
@@ -277,14 +277,14 @@ def test_kmeans_compiled_on_scaled_data(monkeypatch):
     X = scaled.materialize("dense")
     init = X[:5]
     seen = []
-    original = _kmeans._fused_lloyd_plan
+    original = _kmeans.fused_lloyd_plan
 
     def plan(fit_op, k):
         out = original(fit_op, k)
         seen.append(out is not None)
         return out
 
-    monkeypatch.setattr(_kmeans, "_fused_lloyd_plan", plan)
+    monkeypatch.setattr(_kmeans, "fused_lloyd_plan", plan)
     monkeypatch.setattr(_kmeans, "validate_X", lambda *a, **k: scaled)
     ours = FactorizedKMeans(5, init=init).fit(X)
     ref = KMeans(5, init=init, n_init=1, algorithm="lloyd").fit(X)
@@ -388,13 +388,13 @@ def test_kmeans_sparse_sources_equal_sklearn_and_numpy(
 
 def test_kmeans_wide_csr_base_goes_through_a_table(monkeypatch, spy_fused):
     # A CSR base wider than the inline limit is multiplied by SciPy into a table.
-    monkeypatch.setattr(_kmeans, "_INLINE_MAX_SPARSE_COLS", 2)
+    monkeypatch.setattr(_lloyd_fused, "_INLINE_MAX_SPARSE_COLS", 2)
     ds = _sparse_dataset(3, "csr", base_cols=5)
     layout = fused_layout(ds.operator)
     assert sp.issparse(layout.base) and layout.base.shape[1] == 5
     X = sp.csr_matrix(ds.materialize("sparse"))
     init = X[:4].toarray()
-    fused = _kmeans._FusedLloyd(layout, 4)
+    fused = _lloyd_fused._FusedLloyd(layout, 4)
     assert fused.X0.shape[1] == 0 and sp.issparse(fused.tables[0])
     ours = FactorizedKMeans(4, init=init).fit(ds)
     ref = KMeans(4, init=init, n_init=1, algorithm="lloyd").fit(X)
@@ -451,6 +451,42 @@ def test_compile_failure_falls_back_to_numpy(monkeypatch, caplog):
     monkeypatch.setattr(_launcher, "_kernel", lambda name: failing)
     with pytest.raises(ValueError, match="not a compile failure"):
         FactorizedKMeans(**kw).fit(ds)
+
+
+def test_the_kernel_runs_the_generic_steps_where_the_compiled_ones_fail(monkeypatch):
+    # The steps never run the kernel: the kernel catches the compiled steps'
+    # compile failure (here at the first M-step) in one place, and the run is
+    # the generic steps' from the start, row norms and all.
+    ds = random_dataset(3, scenario="star", n_rows=200)
+    op = ds.operator
+    init = dense(ds)[:4].copy()
+    sw = np.ones(op.n_rows)
+    steps = _kmeans._lloyd_steps(op, 4)
+    assert steps.compiled
+    failures = []
+
+    def broken(self, *args):
+        failures.append(1)
+        raise _launcher.CompiledUnavailable("planted compile failure")
+
+    monkeypatch.setattr(_lloyd_fused._FusedLloyd, "center_sums", broken)
+    got = _kmeans._kmeans_single_lloyd(
+        op, sw, init, None, 20, 0.0, steps=steps, unit_weights=True
+    )
+    ref = _kmeans._kmeans_single_lloyd(
+        op,
+        sw,
+        init,
+        _kmeans._row_sq_norms(op),
+        20,
+        0.0,
+        steps=_kmeans._LloydSteps(op, 4),
+        unit_weights=True,
+    )
+    assert failures == [1]
+    np.testing.assert_array_equal(got[0], ref[0])
+    np.testing.assert_array_equal(got[2], ref[2])
+    assert got[1] == ref[1] and got[3] == ref[3]
 
 
 def test_accumulate_alone_in_a_fresh_process(tmp_path):

@@ -393,3 +393,32 @@ def test_dask_dataset_gives_the_in_memory_search(dask_client):
     assert got.C_ == ref.C_
     assert_close(got.scores_, ref.scores_, kind="device", scale=1.0)
     assert_close(got.coef_, ref.coef_, kind="iterative", scale=1.0)
+
+
+# ---------------------------------------------------------- the identity models
+@pytest.mark.parametrize("n_classes", [2, 3])
+@pytest.mark.parametrize(
+    "scoring", [None, "neg_log_loss", "roc_auc_ovr", "accuracy", "f1_macro"]
+)
+def test_identity_classifier_scores_as_the_model(n_classes, scoring):
+    # The searches score the decision values of many candidates at once through
+    # an identity model: every scorer gives what it gives the fitted model.
+    from ilargi_sklearn.linear_model._scoring import _IdentityClassifier
+
+    if scoring == "roc_auc_ovr" and n_classes == 2:
+        scoring = "roc_auc"
+    ds, y, _ = _data(n_classes, seed=5)
+    y = np.asarray(["a", "b", "c"])[y]  # labels that are not numbers
+    model = FactorizedLogisticRegression(C=0.5).fit(ds, y)
+    raw = np.reshape(model.decision_function(ds), (len(y), -1))
+    identity = _IdentityClassifier(model.classes_)
+    np.testing.assert_array_equal(identity.predict(raw), model.predict(ds))
+    np.testing.assert_array_equal(identity.predict_proba(raw), model.predict_proba(ds))
+    np.testing.assert_array_equal(
+        identity.predict_log_proba(raw), model.predict_log_proba(ds)
+    )
+    scorer = get_scorer(scoring or "accuracy")
+    sw = np.random.default_rng(0).random(len(y))
+    assert scorer(identity, raw, y, sample_weight=sw) == pytest.approx(
+        scorer(model, ds, y, sample_weight=sw), rel=1e-12
+    )

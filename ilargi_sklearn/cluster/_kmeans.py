@@ -20,9 +20,9 @@ The kernel takes its E and M steps from a *steps* object, chosen once per fit by
 * :class:`_LloydSteps`, the namespace-generic default: the E-step is one
   ``T @ C^T`` with ``n_clusters`` columns and a row-wise arg-min, the M-step one
   ``T^T @ A`` with ``A`` the weighted one-hot assignment;
-* :class:`_FusedLloyd`, the fast variant for a NumPy factorized matrix (dense or
-  CSR sources) when numba is available: two compiled passes over the target rows
-  (kernels in ``cluster._lloyd_numba``). The E-step multiplies the identity source in
+* :class:`~ilargi_sklearn.cluster._lloyd_fused._FusedLloyd`, the fast variant for
+  a NumPy factorized matrix (dense or CSR sources) when numba is available: two
+  compiled passes over the target rows (kernels in ``cluster._lloyd_numba``). The E-step multiplies the identity source in
   the loop (a CSR one entry by entry) and adds one precomputed
   ``(source rows + 1) x k`` table row per row group (a SciPy product for a CSR
   table), with the arg-min in registers; the M-step accumulates the base columns
@@ -30,6 +30,10 @@ The kernel takes its E and M steps from a *steps* object, chosen once per fit by
   ``n x n_clusters`` array is built, which halves an iteration's time and the
   fit's peak memory on a star schema (``benchmarks/bench_estimators.py``).
   ``ILARGI_SKLEARN_NO_NUMBA=1`` keeps the generic steps.
+
+The kernel runs the steps (never the other way round) and owns the fallback:
+where the compiled steps cannot compile here, it runs again on the generic ones
+(:func:`_run_steps`).
 """
 
 from __future__ import annotations
@@ -54,11 +58,7 @@ from sklearn.utils.extmath import row_norms
 from sklearn.utils.validation import check_is_fitted
 
 from ilargi_sklearn._backend._cuml import fit_cuml, use_cuml
-from ilargi_sklearn._backend._launcher import (
-    CompiledUnavailable,
-    numba_available,
-    one_blas_thread,
-)
+from ilargi_sklearn._backend._launcher import CompiledUnavailable, numba_available
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
     device_of,
@@ -66,13 +66,8 @@ from ilargi_sklearn._backend._namespace import (
     to_numpy,
 )
 from ilargi_sklearn._backend._ops import sum_axis0
-from ilargi_sklearn.cluster._lloyd_numba import (
-    fused_accumulate,
-    fused_assign,
-    fused_partial_at,
-)
+from ilargi_sklearn.cluster._lloyd_fused import fused_lloyd_plan
 from ilargi_sklearn.multisource import AffineOperator, FactorizedMatrix, MatrixOperator
-from ilargi_sklearn.multisource._operators import fused_layout
 from ilargi_sklearn.utils._stats import column_variances
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
@@ -359,10 +354,15 @@ def _kmeans_plusplus(
 #   them, made once per run;
 # * ``center_sums(labels, weights, dtype)``: ``T^T A`` (host, n_clusters x
 #   n_features) and the weight of each cluster (M-step);
-# * ``run(...)``: one Lloyd run of the kernel on these steps (the compiled ones
-#   run it on the generic steps when numba cannot compile here);
+# * ``compiled``: whether the steps are compiled, whose ``context()`` is held
+#   around a run (BLAS on one thread);
+# * ``keep(labels)``: the labels of the last E-step as the caller keeps them (a
+#   copy where they are one of the steps' buffers);
 # * ``lazy_row_norms``: whether the kernel can do without the row norms (then they
 #   are computed only to relocate an empty cluster).
+#
+# The steps never run the kernel: the kernel runs the steps, and catches the
+# compiled steps' CompiledUnavailable in one place (_run_steps).
 
 
 def _takes_sparse(op):
@@ -404,6 +404,7 @@ class _LloydSteps:
     weighted one-hot assignment (one ``rmatmul``).
     """
 
+    compiled = False
     lazy_row_norms = False
 
     def __init__(self, op, n_clusters):
@@ -438,268 +439,39 @@ class _LloydSteps:
         sums = np.ascontiguousarray(to_numpy(op.rmatmul(A)).T, dtype=dtype)
         return sums, to_numpy(weight_in_clusters).astype(dtype, copy=False)
 
-    def run(
-        self, op, sample_weight, centers_init, x_squared_norms, max_iter, tol, unit
-    ):
-        return _kmeans_single_lloyd(
-            op,
-            sample_weight,
-            centers_init,
-            x_squared_norms,
-            max_iter,
-            tol,
-            steps=self,
-            unit_weights=unit,
-        )
-
-
-#: Identity sources up to this many columns are multiplied inside the fused loop;
-#: wider ones are multiplied by BLAS into an n x k table first.
-_INLINE_MAX_COLS = 32
-#: The same for a CSR identity source (the loop reads its entries only; the
-#: blocked centers, ``d0 x 8`` per block, should stay in cache).
-_INLINE_MAX_SPARSE_COLS = 4096
+    def keep(self, labels):
+        return labels
 
 
 def _lloyd_steps(op, n_clusters):
     """The steps of the Lloyd kernel on ``op``: the one place the variant is chosen.
 
-    The compiled :class:`_FusedLloyd` where :func:`_fused_lloyd_plan` gives one
+    The compiled :class:`~ilargi_sklearn.cluster._lloyd_fused._FusedLloyd` where
+    :func:`~ilargi_sklearn.cluster._lloyd_fused.fused_lloyd_plan` gives one
     (numba available, a NumPy factorized matrix), else the generic
-    :class:`_LloydSteps`.
+    :class:`_LloydSteps`. Where the compiled steps cannot compile here, the
+    kernel runs again on the generic ones (:func:`_run_steps`).
     """
-    fused = _fused_lloyd_plan(op, n_clusters)
+    fused = fused_lloyd_plan(op, n_clusters)
     return _LloydSteps(op, n_clusters) if fused is None else fused
 
 
-def _fused_lloyd_plan(op, n_clusters):
-    """A :class:`_FusedLloyd` for ``op``, or None.
-
-    The compiled steps run when numba is available and ``op`` is a NumPy
-    factorized matrix (dense or CSR sources) under centering/scaling layers that
-    do not center a CSR source.
-    """
-    if not numba_available():
-        return None
-    layout = fused_layout(op)
-    if layout is None:
-        return None
-    return _FusedLloyd(layout, n_clusters)
-
-
-class _FusedLloyd:
-    """Per-fit tables and workspaces of the fused Lloyd iteration.
-
-    With ``T' = (T - 1 o^T) diag(s)`` and centers ``C`` in the coordinates of
-    ``T'``, the partial distance ``||c_j||^2 - 2 t'_i . c_j`` is
-
-        ``bias_j - 2 (sum_{f in base} (x_if - o_f) e_jf + sum_g P_g[idx_g(i), j])``
-
-    with ``E = C diag(s)``, per row group a table ``P_g = S~_g E_g^T`` of
-    ``source rows + 1`` rows (``S~_g``: the source centered on the columns it alone
-    covers, plus a last row ``-o`` that unmatched target rows take), and
-    ``bias_j = ||c_j||^2 + 2 sum_{f shared} o_f e_jf`` for the columns that several
-    terms share (their centering cannot live in one source). Centering inside the
-    sources keeps the products as accurate as scikit-learn's on the centered matrix.
-    The M-step sums come from the same pass: the base columns' weighted sums per
-    cluster and, per group, the weighted (source row, cluster) counts ``N_g``, so
-    that ``T'^T A = (N_g^T S~_g ...  - W o_shared^T) diag(s)``.
-
-    A CSR source is never centered (the layout guarantees a zero offset on its
-    columns): its table ``P_g = S_g E_g^T`` and its sums ``N_g^T S_g`` are SciPy
-    sparse products, its padding row is zero, and a CSR base is read entry by
-    entry inside the kernels.
-
-    The steps of :func:`_kmeans_single_lloyd`, as :class:`_LloydSteps`: the E-step
-    also gives each row's partial distance to its center (in one n-sized
-    workspace), and the kernel can do without the row norms.
-    """
-
-    lazy_row_norms = True
-
-    def __init__(self, layout, n_clusters):
-        self.dtype = dtype = np.dtype(layout.dtype)
-        n, m = layout.shape
-        self.n_rows, self.n_cols, self.k = n, m, n_clusters
-        offset = (
-            np.zeros(m) if layout.offset is None else np.asarray(layout.offset, float)
-        )
-        self.scale = None if layout.scale is None else np.asarray(layout.scale, float)
-        alone = layout.coverage == 1
-        o_in = np.where(alone, offset, 0.0)
-        self.o_out = np.where(alone, 0.0, offset)
-        self.has_out = bool(np.any(self.o_out != 0))
-        groups = [(g.idx, g.S, g.cols) for g in layout.groups]
-        base = layout.base
-        max_inline = _INLINE_MAX_SPARSE_COLS if sp.issparse(base) else _INLINE_MAX_COLS
-        if base is not None and base.shape[1] > max_inline:
-            groups.insert(0, (np.arange(n, dtype=np.int64), base, layout.base_cols))
-            base = None
-        if base is None:
-            self.X0 = np.empty((n, 0), dtype=dtype)
-            self.cols0 = np.zeros(0, dtype=np.int64)
-        else:
-            self.X0, self.cols0 = base, layout.base_cols
-        self.o0 = o_in[self.cols0].astype(dtype)
-        self.idxs, self.tables, self.cols = [], [], []
-        offsets, pads = [], []
-        total = 0
-        for idx, S, cols in groups:
-            r = S.shape[0]
-            if sp.issparse(S):
-                # Uncentered (o_in is zero on its columns): the zero padding row
-                # of P is left as allocated.
-                St = S
-            else:
-                St = np.empty((r + 1, S.shape[1]), dtype=dtype)
-                np.subtract(S, o_in[cols].astype(dtype), out=St[:r])
-                St[r] = -o_in[cols]
-            self.idxs.append(idx)
-            self.tables.append(St)
-            self.cols.append(cols)
-            offsets.append(total)
-            pads.append(r)
-            total += r + 1
-        self.offsets = np.asarray(offsets, dtype=np.int64)
-        self.pads = np.asarray(pads, dtype=np.int64)
-        self.total = total
-        # Centers in blocks of 8 (the kernel's register block); padding centers
-        # have zero coordinates and an infinite bias.
-        self.n_blocks = -(-n_clusters // 8)
-        kp = 8 * self.n_blocks
-        self.P = np.zeros((total, kp), dtype=dtype)
-        self.E = np.zeros((kp, m), dtype=dtype)
-        self.bias = np.full(kp, np.inf, dtype=dtype)
-        self.best = np.empty(n, dtype=dtype)
-        self.buffers = {}
-        # Two label buffers, taken in turn by the E-steps: the kernel keeps the
-        # previous labels for the stopping rule, and a fresh n-length array per
-        # iteration would pay its page faults every time.
-        self._labels = (np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32))
-        self._turn = 0
-
-    def _prepare(self, centers):
-        """Tables, blocked centers and biases for ``centers``."""
-        dtype, k = self.dtype, self.k
-        centers = np.asarray(centers, dtype=dtype)
-        E = self.E
-        if self.scale is None:
-            E[:k] = centers
-        else:
-            E[:k] = centers * self.scale
-        bias = self.bias
-        bias[:k] = row_norms(centers, squared=True)
-        if self.has_out:
-            bias[:k] += (2.0 * (E[:k] @ self.o_out)).astype(dtype)
-        C0 = np.ascontiguousarray(E[:, self.cols0].T)
-        for St, cols, start in zip(self.tables, self.cols, self.offsets):
-            stop = start + St.shape[0]
-            Ec = np.ascontiguousarray(E[:, cols].T)
-            if sp.issparse(St):
-                self.P[start:stop] = St @ Ec
-            else:
-                np.matmul(St, Ec, out=self.P[start:stop])
-        return C0
-
-    def weights(self, sample_weight, unit_weights):
-        # The kernel reads float64 weights, or none for unit weights.
-        return None if unit_weights else np.asarray(sample_weight, dtype=np.float64)
-
-    def assign(self, centers):
-        C0 = self._prepare(centers)
-        nb = self.n_blocks
-        C3 = np.ascontiguousarray(C0.reshape(C0.shape[0], nb, 8).transpose(1, 0, 2))
-        labels = self._labels[self._turn]
-        self._turn ^= 1
-        fused_assign(
-            self.X0,
-            self.o0,
-            C3,
-            self.idxs,
-            self.P.reshape(self.total, nb, 8),
-            self.offsets,
-            self.pads,
-            self.bias.reshape(nb, 8),
-            labels,
-            self.best,
-        )
-        return labels
-
-    def own_distances(self, labels):
-        return self.best
-
-    def partial_scale(self):
-        return float(np.max(np.abs(self.best), initial=0.0))
-
-    def distances_at(self, centers, labels):
-        C0 = self._prepare(centers)
-        fused_partial_at(
-            self.X0,
-            self.o0,
-            C0,
-            self.idxs,
-            self.P,
-            self.offsets,
-            self.pads,
-            self.bias,
-            labels,
-            self.best,
-        )
-        return self.best
-
-    def center_sums(self, labels, weights, dtype):
-        """``T'^T A`` from the base columns' sums per cluster and, per group, the
-        (source row, cluster) weights times the source (see the class notes)."""
-        wsum, sums0, cnt = fused_accumulate(
-            self.X0,
-            self.o0,
-            self.idxs,
-            self.offsets,
-            self.pads,
-            weights,
-            labels,
-            self.k,
-            self.total,
-            self.buffers,
-        )
-        sums = np.zeros((self.k, self.n_cols))
-        sums[:, self.cols0] = sums0
-        for St, cols, start in zip(self.tables, self.cols, self.offsets):
-            block = cnt[start : start + St.shape[0]]
-            if sp.issparse(St):
-                sums[:, cols] += (St.T @ block).T
-            else:
-                sums[:, cols] += block.T @ St
-        if self.has_out:
-            sums -= np.multiply.outer(wsum, self.o_out)
-        if self.scale is not None:
-            sums *= self.scale
-        return sums.astype(dtype), wsum.astype(dtype)
-
-    def run(
-        self, op, sample_weight, centers_init, x_squared_norms, max_iter, tol, unit
-    ):
-        # After a compile failure numba_available() is False for the process.
+def _run_steps(op, steps, n_clusters, run):
+    """``run(steps)``; compiled steps run inside their context, and where they
+    cannot compile here ``run`` goes again on the generic steps (the compiled
+    kernels are then off for the process, with one warning): the one place where
+    the compiled steps' failure is caught. The results are the same."""
+    if steps.compiled:
+        # After a compile failure numba_available() is False for the process:
+        # the later runs of a fit take the generic steps at once.
         if numba_available():
             try:
-                return _kmeans_single_lloyd_fused(
-                    self,
-                    op,
-                    sample_weight,
-                    centers_init,
-                    x_squared_norms,
-                    max_iter,
-                    tol,
-                    unit,
-                )
+                with steps.context():
+                    return run(steps)
             except CompiledUnavailable:
-                pass  # numba cannot compile here: the same run on the generic steps
-        if x_squared_norms is None:
-            x_squared_norms = _row_sq_norms(op)
-        generic = _LloydSteps(op, self.k)
-        return generic.run(
-            op, sample_weight, centers_init, x_squared_norms, max_iter, tol, unit
-        )
+                pass  # numba cannot compile here: the same run, generic steps
+        steps = _LloydSteps(op, n_clusters)
+    return run(steps)
 
 
 # ------------------------------------------------------------------ the kernel
@@ -804,7 +576,8 @@ def _kmeans_single_lloyd(
     tol : float
         Tolerance on the squared center shift (already scaled).
     steps : _LloydSteps or _FusedLloyd
-        The E and M steps (:func:`_lloyd_steps`).
+        The E and M steps (:func:`_lloyd_steps`); where the compiled ones cannot
+        compile here, the run is made on the generic steps.
     unit_weights : bool, default=False
         Whether ``sample_weight`` is all ones (made so by the caller): the compiled
         M-step then reads no weights.
@@ -816,6 +589,37 @@ def _kmeans_single_lloyd(
     centers : ndarray of shape (n_clusters, n_features)
     n_iter : int
     """
+
+    def run(steps):
+        norms = x_squared_norms
+        if norms is None and not steps.lazy_row_norms:
+            norms = _row_sq_norms(op)  # the generic steps' inertia reads them
+        return _lloyd_iterations(
+            op,
+            sample_weight,
+            centers_init,
+            norms,
+            max_iter,
+            tol,
+            steps=steps,
+            unit_weights=unit_weights,
+        )
+
+    return _run_steps(op, steps, centers_init.shape[0], run)
+
+
+def _lloyd_iterations(
+    op,
+    sample_weight,
+    centers_init,
+    x_squared_norms,
+    max_iter,
+    tol,
+    *,
+    steps,
+    unit_weights,
+):
+    """The iterations of :func:`_kmeans_single_lloyd` on ``steps``."""
     xp = op.xp
     weights = steps.weights(sample_weight, unit_weights)
     centers = centers_init
@@ -859,38 +663,7 @@ def _kmeans_single_lloyd(
         own = steps.own_distances(labels)
     col_weights = None if unit_weights else sample_weight
     inertia = _inertia(op, own, sample_weight, x_squared_norms, col_weights)
-    return labels, inertia, centers, i + 1
-
-
-def _kmeans_single_lloyd_fused(
-    fused,
-    op,
-    sample_weight,
-    centers_init,
-    x_squared_norms,
-    max_iter,
-    tol,
-    unit_weights=False,
-):
-    """:func:`_kmeans_single_lloyd` on the compiled steps ``fused``, BLAS on one
-    thread.
-
-    As scikit-learn's KMeans does: the passes run on the kernels' threads, and
-    BLAS's threads cost more than they save on the small per-iteration tables.
-    """
-    with one_blas_thread():
-        labels, inertia, centers, n_iter = _kmeans_single_lloyd(
-            op,
-            sample_weight,
-            centers_init,
-            x_squared_norms,
-            max_iter,
-            tol,
-            steps=fused,
-            unit_weights=unit_weights,
-        )
-    # The labels are one of the steps' buffers, which the next run reuses.
-    return labels.copy(), inertia, centers, n_iter
+    return steps.keep(labels), inertia, centers, i + 1
 
 
 def _labels_inertia(
@@ -917,19 +690,17 @@ def _labels_inertia(
     inertia : float
         Only when ``return_inertia``.
     """
-    steps = _lloyd_steps(op, centers.shape[0])
-    try:
-        labels = steps.assign(centers)
-    except CompiledUnavailable:
-        steps = _LloydSteps(op, centers.shape[0])
-        labels = steps.assign(centers)
-    labels = _as_int32(labels, op.xp)
-    if not return_inertia:
-        return labels
-    if x_squared_norms is None:
-        x_squared_norms = _row_sq_norms(op)
-    own = steps.own_distances(labels)
-    return labels, _inertia(op, own, sample_weight, x_squared_norms)
+    n_clusters = centers.shape[0]
+
+    def run(steps):
+        labels = _as_int32(steps.assign(centers), op.xp)
+        if not return_inertia:
+            return labels
+        norms = _row_sq_norms(op) if x_squared_norms is None else x_squared_norms
+        own = steps.own_distances(labels)
+        return labels, _inertia(op, own, sample_weight, norms)
+
+    return _run_steps(op, _lloyd_steps(op, n_clusters), n_clusters, run)
 
 
 def _is_same_clustering(labels1, labels2, n_clusters, xp):
@@ -1163,9 +934,11 @@ class FactorizedKMeans(
                 tol=self.tol,
                 random_state=random_state,
             )
-            for name, value in fitted.items():
-                setattr(self, name, value)
             self._n_features_out = self.n_clusters
+            self.cluster_centers_ = fitted["cluster_centers_"]
+            self.labels_ = fitted["labels_"]
+            self.inertia_ = fitted["inertia_"]
+            self.n_iter_ = fitted["n_iter_"]
             return op
 
         tol = _tolerance(op, self.tol)
@@ -1216,14 +989,15 @@ class FactorizedKMeans(
             centers_init = self._init_centroids(
                 op, x_squared_norms, init, random_state, sample_weight
             )
-            run = steps.run(
+            run = _kmeans_single_lloyd(
                 op,
                 sample_weight,
                 centers_init,
                 x_squared_norms,
                 self.max_iter,
                 tol,
-                unit_weights,
+                steps=steps,
+                unit_weights=unit_weights,
             )
             if best is None or (
                 run[1] < best[1]

@@ -6,10 +6,9 @@ from ilargi_sklearn.linear_model._coordinate_descent import (
     FactorizedElasticNet,
     FactorizedLasso,
 )
-from ilargi_sklearn.linear_model._cv import (
+from ilargi_sklearn.linear_model._coordinate_descent_cv import (
     FactorizedElasticNetCV,
     FactorizedLassoCV,
-    FactorizedRidgeCV,
 )
 from ilargi_sklearn.linear_model._glm import (
     FactorizedGammaRegressor,
@@ -23,6 +22,7 @@ from ilargi_sklearn.linear_model._ridge import (
     FactorizedRidge,
     FactorizedRidgeClassifier,
 )
+from ilargi_sklearn.linear_model._ridge_cv import FactorizedRidgeCV
 
 __all__ = [
     "FactorizedElasticNet",

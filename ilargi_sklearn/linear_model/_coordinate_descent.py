@@ -15,14 +15,15 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils._sparse import _align_api_if_sparse
 
-from ilargi_sklearn._backend._namespace import asarray_on, to_numpy
-from ilargi_sklearn.linear_model._cd_gram import RAND_R_MAX, enet_cd_gram
-from ilargi_sklearn.linear_model._linear import (
+from ilargi_sklearn._backend._namespace import to_numpy
+from ilargi_sklearn.linear_model._base import (
     LinearPredictorMixin,
     _check_device_support,
     _regression_target,
-    lost_columns,
+    _set_linear_fitted,
 )
+from ilargi_sklearn.linear_model._cd_gram import RAND_R_MAX, enet_cd_gram
+from ilargi_sklearn.linear_model._least_squares import _drop_constant_columns
 from ilargi_sklearn.utils._stats import centered_gram
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
@@ -40,26 +41,6 @@ _MESSAGE_CONV = (
 )
 
 
-def _drop_constant_columns(G, rhs, D, dtype):
-    """``G`` and ``rhs`` with the columns that are constant up to rounding zeroed.
-
-    A constant column's centered variance is cancellation noise of the uncentered
-    gram (about ``eps * D_j``, see ``utils._stats.GramStats``), and so are its
-    correlations; left in, the noise is a feature that a small penalty lets in with
-    a huge coefficient. scikit-learn, which centers the data explicitly, sees a
-    zero (or rounding-sized) column there and gives it a zero coefficient: a zero
-    diagonal entry does the same here (the sweeps skip it, screening drops it).
-    """
-    noise = lost_columns(G, D, dtype)
-    if not noise.any():
-        return G, rhs
-    G, rhs = G.copy(), rhs.copy()
-    G[noise, :] = 0.0
-    G[:, noise] = 0.0
-    rhs[noise] = 0.0
-    return G, rhs
-
-
 def _check_finite_stats(stats, dtype):
     """Refuse a gram or right-hand side that overflowed: coordinate descent would
     read NaN as "no update" and return zeros."""
@@ -71,6 +52,97 @@ def _check_finite_stats(stats, dtype):
             f"{np.dtype(dtype).name}: scale them first (e.g. with "
             "FactorizedStandardScaler)."
         )
+
+
+def _enet_fit_gram(
+    stats,
+    *,
+    alpha,
+    l1_ratio,
+    coef_init,
+    max_iter,
+    tol,
+    random_state,
+    selection,
+    positive,
+    dtype,
+):
+    """The elastic net by coordinate descent on ``stats``, the
+    :class:`~ilargi_sklearn.utils._stats.GramStats` of the data and the target
+    (one column per target, each fitted on its own): scikit-learn's
+    ``precompute=True`` path, with no pass over the data.
+
+    Parameters
+    ----------
+    stats : GramStats
+        Centered gram ``G``, right-hand side ``rhs`` (n_features, n_targets),
+        means and target variances.
+    alpha, l1_ratio : float
+        The penalty, scikit-learn's.
+    coef_init : ndarray of shape (n_targets, n_features) or None
+        The first iterate (None: zeros).
+    max_iter : int
+        Most sweeps per target.
+    tol : float
+        scikit-learn's duality-gap tolerance.
+    random_state : int, RandomState instance or None
+        Seed of the coordinate draws of ``selection="random"``: a fresh generator
+        per target, as scikit-learn's path makes one per call.
+    selection : {"cyclic", "random"}
+    positive : bool
+    dtype : dtype
+        The data's: what counts as a constant column and as overflow.
+
+    Returns
+    -------
+    coef : ndarray of shape (n_targets, n_features), float64
+    intercept : ndarray of shape (n_targets,), float64
+    dual_gap : ndarray of shape (n_targets,), float64
+    n_iter : list of int
+        Sweeps per target.
+    """
+    _check_finite_stats(stats, dtype)
+    n_features, n_targets = stats.rhs.shape
+    G, rhs = _drop_constant_columns(stats.G, stats.rhs, stats.D, dtype)
+    if coef_init is None:
+        coef_init = np.zeros((n_targets, n_features))
+    coef = np.zeros((n_targets, n_features))
+    dual_gap = np.zeros(n_targets)
+    n_iter = []
+    for k in range(n_targets):
+        # A fresh generator per target, as scikit-learn's path makes one per
+        # call: an integer seed gives every target the same draws.
+        seed = check_random_state(random_state).randint(0, RAND_R_MAX)
+        coef[k], dual_gap[k], it, converged, gap_tol = enet_cd_gram(
+            G,
+            np.ascontiguousarray(rhs[:, k]),
+            alpha,
+            l1_ratio,
+            coef_init[k],
+            sw_sum=stats.sw_sum,
+            y_norm2=float(stats.y_var[k]),
+            max_iter=max_iter,
+            tol=tol,
+            seed=seed,
+            random=selection == "random",
+            positive=positive,
+        )
+        n_iter.append(it)
+        if not converged:
+            warnings.warn(
+                f"{_MESSAGE_CONV} Duality gap: {dual_gap[k]:.6e}, tolerance: "
+                f"{gap_tol:.3e}",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+    intercept = stats.y_mean - coef @ stats.mu
+    if not (np.isfinite(coef).all() and np.isfinite(intercept).all()):
+        raise ValueError(
+            "Coordinate descent iterations resulted in non-finite parameter "
+            "values. The input data may contain large values and need to be "
+            "preprocessed (e.g. with FactorizedStandardScaler)."
+        )
+    return coef, intercept, dual_gap, n_iter
 
 
 class FactorizedElasticNet(
@@ -313,72 +385,32 @@ class FactorizedElasticNet(
         )
         _check_device_support(op, name)
         stats = centered_gram(op, sample_weight, self.fit_intercept, Y)
-        self._fit_gram(op, stats, y_ndim)
-        return self
-
-    def _fit_gram(self, op, stats, y_ndim):
-        """Coordinate descent on ``stats`` (the :class:`GramStats` of ``op`` and
-        the target, one column per target) and the fitted attributes.
-
-        The cross-validated models refit through this on the statistics they
-        already hold for the alpha grid: no second pass over the data.
-        """
-        n_features, n_targets = op.n_cols, stats.rhs.shape[1]
-        _check_finite_stats(stats, op.dtype)
-        G, rhs = _drop_constant_columns(stats.G, stats.rhs, stats.D, op.dtype)
-        coef0 = self._start(n_targets, n_features)
-        coef = np.zeros((n_targets, n_features))
-        dual_gap = np.zeros(n_targets)
-        n_iter = []
-        for k in range(n_targets):
-            # A fresh generator per target, as scikit-learn's path makes one per
-            # call: an integer seed gives every target the same draws.
-            seed = check_random_state(self.random_state).randint(0, RAND_R_MAX)
-            coef[k], dual_gap[k], it, converged, gap_tol = enet_cd_gram(
-                G,
-                np.ascontiguousarray(rhs[:, k]),
-                self.alpha,
-                self.l1_ratio,
-                coef0[k],
-                sw_sum=stats.sw_sum,
-                y_norm2=float(stats.y_var[k]),
-                max_iter=self.max_iter,
-                tol=self.tol,
-                seed=seed,
-                random=self.selection == "random",
-                positive=self.positive,
-            )
-            n_iter.append(it)
-            if not converged:
-                warnings.warn(
-                    f"{_MESSAGE_CONV} Duality gap: {dual_gap[k]:.6e}, tolerance: "
-                    f"{gap_tol:.3e}",
-                    ConvergenceWarning,
-                    stacklevel=3,
-                )
-        intercept = stats.y_mean - coef @ stats.mu
-        if not (np.isfinite(coef).all() and np.isfinite(intercept).all()):
-            raise ValueError(
-                "Coordinate descent iterations resulted in non-finite parameter "
-                "values. The input data may contain large values and need to be "
-                "preprocessed (e.g. with FactorizedStandardScaler)."
-            )
-
-        dtype = op.dtype
-        # Fitted attributes stay where the fit ran.
-        coef = asarray_on(coef.astype(dtype, copy=False), op.xp, op.device)
-        intercept = asarray_on(intercept.astype(dtype, copy=False), op.xp, op.device)
-        if not self.fit_intercept:
-            intercept = 0.0
-        elif y_ndim == 1:
-            intercept = intercept[0]
+        coef, intercept, dual_gap, n_iter = _enet_fit_gram(
+            stats,
+            alpha=self.alpha,
+            l1_ratio=self.l1_ratio,
+            coef_init=self._start(Y.shape[1], op.n_cols),
+            max_iter=self.max_iter,
+            tol=self.tol,
+            random_state=self.random_state,
+            selection=self.selection,
+            positive=self.positive,
+            dtype=op.dtype,
+        )
         # A single target gives 1-D coefficients even for a 2-D y, as in
         # scikit-learn's ElasticNet (whose intercept keeps y's shape).
-        self.coef_ = coef[0, :] if n_targets == 1 else coef
-        self.intercept_ = intercept
-        dual_gap = dual_gap.astype(dtype)
-        self.dual_gap_ = dual_gap[0] if n_targets == 1 else dual_gap
-        self.n_iter_ = n_iter[0] if n_targets == 1 else n_iter
+        _set_linear_fitted(
+            self,
+            op,
+            coef,
+            intercept if self.fit_intercept else None,
+            y_ndim=y_ndim,
+            ravel_single=True,
+            n_iter=n_iter[0] if len(n_iter) == 1 else n_iter,
+        )
+        dual_gap = dual_gap.astype(op.dtype)
+        self.dual_gap_ = dual_gap[0] if dual_gap.shape[0] == 1 else dual_gap
+        return self
 
     def _start(self, n_targets, n_features):
         """The first iterate: the previous ``coef_`` under ``warm_start``."""

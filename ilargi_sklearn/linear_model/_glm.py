@@ -12,16 +12,19 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_y, check_is_fitted
 
 from ilargi_sklearn._backend._launcher import one_blas_thread
-from ilargi_sklearn._backend._namespace import asarray_on, numpy_dtype, to_numpy
-from ilargi_sklearn.linear_model._linear import _check_n_rows, _linear_decision
+from ilargi_sklearn._backend._namespace import asarray_on, to_numpy
+from ilargi_sklearn.linear_model._base import (
+    _check_n_rows,
+    _linear_decision,
+    _set_linear_fitted,
+)
 from ilargi_sklearn.linear_model._loss import (
     HalfTweedie,
-    _loss_and_grad,
-    _minimize_lbfgs,
+    _objective,
     _raw_prediction,
     _split_coef,
-    release_binomial_plan,
 )
+from ilargi_sklearn.linear_model._optimize import _minimize_lbfgs
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     STRATEGIES,
@@ -76,6 +79,65 @@ def _weighted_mean(xp, y, sample_weight, sw_sum):
     if sample_weight is None:
         return float(xp.sum(y)) / sw_sum
     return float(xp.sum(y * sample_weight)) / sw_sum
+
+
+def _glm_regression(
+    op,
+    y,
+    *,
+    loss,
+    sample_weight,
+    sw_sum,
+    alpha,
+    fit_intercept,
+    max_iter,
+    tol,
+    w0,
+):
+    """A generalized linear model by L-BFGS on scikit-learn's objective, the mean
+    ``loss`` plus ``alpha / 2 ||coef||^2``, from the flat parameters ``w0``
+    (coefficients, then the intercept).
+
+    Parameters
+    ----------
+    op : Operator of shape (n_samples, n_features)
+    y : array of shape (n_samples,), float64
+        Where ``op`` lives, in the loss' domain.
+    loss : HalfTweedie
+    sample_weight : array of shape (n_samples,) or None
+        Where ``op`` lives.
+    sw_sum : float
+        ``sum(sample_weight)`` (``n_samples`` for unit weights).
+    alpha : float
+    fit_intercept : bool
+    max_iter : int
+    tol : float
+        L-BFGS-B's ``gtol``.
+    w0 : ndarray of shape (n_features + fit_intercept,)
+
+    Returns
+    -------
+    coef : ndarray of shape (n_features,), float64
+    intercept : ndarray of shape (1,), float64, or None
+        None without an intercept.
+    n_iter : int
+    """
+    args = (y, sample_weight, sw_sum, alpha, fit_intercept, 1)
+    # BLAS on one thread, as in the logistic fit: L-BFGS' operations on the
+    # parameter vector gain nothing from BLAS's threads; the objective's threads
+    # come from the compiled kernels' pool.
+    with one_blas_thread():
+        w, n_iter = _minimize_lbfgs(
+            # _minimize_lbfgs <- here <- fit <- _fit_context <- the caller
+            _objective(op, loss),
+            w0,
+            args,
+            max_iter,
+            tol,
+            stacklevel=4,
+        )
+    coef, intercept = _split_coef(w, op.n_cols, 1, fit_intercept)
+    return coef[0], intercept, n_iter
 
 
 class _FactorizedGLM(DeviceMixin, RegressorMixin, BaseEstimator):
@@ -157,24 +219,23 @@ class _FactorizedGLM(DeviceMixin, RegressorMixin, BaseEstimator):
                 w0[-1] = float(
                     loss.link_fn(np, _weighted_mean(xp, y, sample_weight, sw_sum))
                 )
-        args = (op, y, sample_weight, sw_sum, self.alpha, self.fit_intercept, 1, loss)
-        try:
-            # BLAS on one thread, as in the logistic fit: L-BFGS' operations on the
-            # parameter vector gain nothing from BLAS's threads; the objective's
-            # threads come from the compiled kernels' pool.
-            with one_blas_thread():
-                w, n_iter = _minimize_lbfgs(
-                    _loss_and_grad, w0, args, self.max_iter, self.tol, stacklevel=3
-                )
-        finally:
-            release_binomial_plan(op)
-        coef, intercept = _split_coef(w, n_features, 1, self.fit_intercept)
-        dtype = numpy_dtype(op.dtype)
-        # Fitted coefficients stay where the fit ran; the intercept is a scalar of
-        # the data's dtype, as in scikit-learn.
-        self.coef_ = asarray_on(coef[0].astype(dtype), xp, op.device)
-        self.intercept_ = dtype.type(intercept[0]) if self.fit_intercept else 0.0
-        self.n_iter_ = n_iter
+        coef, intercept, n_iter = _glm_regression(
+            op,
+            y,
+            loss=loss,
+            sample_weight=sample_weight,
+            sw_sum=sw_sum,
+            alpha=self.alpha,
+            fit_intercept=self.fit_intercept,
+            max_iter=self.max_iter,
+            tol=self.tol,
+            w0=w0,
+        )
+        # Fitted attributes stay where the fit ran, in the data's dtype; the
+        # intercept a scalar, as in scikit-learn.
+        _set_linear_fitted(
+            self, op, coef, intercept, y_ndim=1, ravel_single=True, n_iter=n_iter
+        )
         return self
 
     def _linear_predictor(self, op):

@@ -14,7 +14,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import _check_y, check_is_fitted
+from sklearn.utils.validation import _check_y
 
 from ilargi_sklearn._backend._cuml import fit_cuml, use_cuml
 from ilargi_sklearn._backend._launcher import one_blas_thread
@@ -24,25 +24,29 @@ from ilargi_sklearn._backend._namespace import (
     numpy_dtype,
     to_numpy,
 )
-from ilargi_sklearn.linear_model._linear import _check_n_rows
+from ilargi_sklearn.linear_model._base import (
+    _check_n_rows,
+    _labels_from_scores,
+    _linear_decision,
+    _set_linear_fitted,
+)
 from ilargi_sklearn.linear_model._loss import (
+    _class_probabilities,
+    _objective,
+    _split_coef,
+)
+from ilargi_sklearn.linear_model._optimize import (
     _gradient_descent,
     _lipschitz_constant,
-    _loss_and_grad,
     _minimize_lbfgs,
-    _special,
-    _split_coef,
-    release_binomial_plan,
 )
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     STRATEGIES,
-    Caller,
     DeviceMixin,
     host_array,
     on_operator_device,
     validate_fit_inputs,
-    validate_X,
 )
 
 __all__ = ["FactorizedLogisticRegression"]
@@ -117,22 +121,6 @@ def _classification_target(estimator, y, op):
     return classes, asarray_on(codes, op.xp, op.device)
 
 
-def _labels_from_scores(classes, scores, xp, caller):
-    """The predicted labels of a linear classifier's decision values ``scores``
-    (1-D: ``classes[1]`` where positive; 2-D: the argmax), in the caller's
-    namespace."""
-    if scores.ndim == 1:
-        indices = xp.astype(scores > 0, xp.int64)
-    else:
-        indices = xp.argmax(scores, axis=1)
-    if classes.dtype.kind not in "biuf":
-        # Labels that are not numbers have no device array type.
-        return classes[to_numpy(indices)]
-    # device_of, not scores.device: Dask arrays have no .device attribute.
-    labels = xp.take(asarray_on(classes, xp, device_of(scores)), indices)
-    return caller.give(labels)
-
-
 def _check_two_classes(classes):
     if classes.shape[0] < 2:
         label = classes[0].item() if hasattr(classes[0], "item") else classes[0]
@@ -155,16 +143,13 @@ def _loss_target(y_codes, n_classes, xp):
     )
 
 
-def _fitted_coef(w, op, n_outputs, fit_intercept):
-    """``(coef_, intercept_)`` of flat parameters ``w``: the training data's dtype,
-    where the fit ran (zeros for the intercept without one)."""
+def _set_logistic_fitted(estimator, op, w, n_outputs, fit_intercept):
+    """``coef_`` (n_outputs, n_features) and ``intercept_`` (n_outputs,; zeros
+    without an intercept, as scikit-learn's) of flat parameters ``w``."""
     coef, intercept = _split_coef(w, op.n_cols, n_outputs, fit_intercept)
     if intercept is None:
         intercept = np.zeros(n_outputs)
-    return (
-        asarray_on(coef.astype(op.dtype), op.xp, op.device),
-        asarray_on(intercept.astype(op.dtype), op.xp, op.device),
-    )
+    _set_linear_fitted(estimator, op, coef, intercept, y_ndim=2, ravel_single=False)
 
 
 def _logistic_regression_path(
@@ -220,37 +205,86 @@ def _logistic_regression_path(
     coefs = np.empty((len(Cs), np.size(w0)))
     n_iter = np.zeros(len(Cs), dtype=np.int32)
     w = np.array(w0, dtype=np.float64, copy=True)
-    try:
-        # BLAS on one thread: the solver's operations on the parameter vector gain
-        # nothing from BLAS's threads; the objective's threads come from the
-        # compiled kernels' pool.
-        with one_blas_thread():
-            for i, C in enumerate(Cs):
-                args = (
-                    op,
-                    target,
-                    sample_weight,
-                    sw_sum,
-                    1.0 / (C * sw_sum),
-                    fit_intercept,
-                    n_outputs,
-                    loss,
-                )
-                w, n_iter[i] = _minimize_lbfgs(
-                    _loss_and_grad,
-                    w,
-                    args,
-                    max_iter,
-                    tol,
-                    # path <- fit <- _fit_context <- the caller
-                    stacklevel=3,
-                    context=f" for C={C:.4g}",
-                )
-                coefs[i] = w
-    finally:
-        # The compiled objective's plan of op serves every C; dropped once.
-        release_binomial_plan(op)
+    # One objective (and compiled plan) for every C of the path.
+    objective = _objective(op, loss)
+    # BLAS on one thread: the solver's operations on the parameter vector gain
+    # nothing from BLAS's threads; the objective's threads come from the
+    # compiled kernels' pool.
+    with one_blas_thread():
+        for i, C in enumerate(Cs):
+            args = (
+                target,
+                sample_weight,
+                sw_sum,
+                1.0 / (C * sw_sum),
+                fit_intercept,
+                n_outputs,
+            )
+            w, n_iter[i] = _minimize_lbfgs(
+                objective,
+                w,
+                args,
+                max_iter,
+                tol,
+                # path <- fit <- _fit_context <- the caller
+                stacklevel=3,
+                context=f" for C={C:.4g}",
+            )
+            coefs[i] = w
     return coefs, n_iter
+
+
+def _logistic_regression_gd(
+    op,
+    target,
+    *,
+    sample_weight,
+    sw_sum,
+    loss,
+    w0,
+    l2_reg_strength,
+    fit_intercept,
+    learning_rate,
+    max_iter,
+    tol,
+):
+    """Fixed-step gradient descent on the logistic objective (the papers'
+    solver), ``w <- w - learning_rate * grad(w)`` from ``w0``.
+
+    Parameters as :func:`_logistic_regression_path`'s; ``l2_reg_strength`` is
+    the penalty on the objective scaled by ``1 / s_sum`` (``1 / (C s_sum)``, 0
+    without), ``learning_rate`` None takes ``1 / L``
+    (:func:`~ilargi_sklearn.linear_model._optimize._lipschitz_constant`) and
+    ``tol`` 0 runs exactly ``max_iter`` steps.
+
+    Returns
+    -------
+    w : ndarray of shape (n_outputs * (n_features + fit_intercept),)
+    n_iter : int
+    """
+    n_outputs = 1 if loss == "binomial" else int(target.shape[1])
+    args = (target, sample_weight, sw_sum, l2_reg_strength, fit_intercept, n_outputs)
+    # BLAS on one thread, as in _logistic_regression_path.
+    with one_blas_thread():
+        if learning_rate is None:
+            L = _lipschitz_constant(
+                op, sample_weight, sw_sum, l2_reg_strength, fit_intercept, loss
+            )
+            learning_rate = 1.0 / L if L > 0 else 1.0
+            logger.info("gradient descent step size 1/L = %.3g", learning_rate)
+        # tol=0 is the papers' fixed-iteration mode: no gradient test.
+        gd_tol = tol if tol > 0 else None
+        w, n_iter, converged = _gradient_descent(
+            _objective(op, loss), w0, args, learning_rate, max_iter, gd_tol
+        )
+    if gd_tol is not None and not converged:
+        warnings.warn(
+            f"Gradient descent did not reach tol={tol} in "
+            f"max_iter={max_iter} iterations; increase max_iter.",
+            ConvergenceWarning,
+            stacklevel=4,
+        )
+    return w, n_iter
 
 
 class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
@@ -476,8 +510,15 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
                 tol=self.tol,
             )
             self.classes_ = classes
-            for name, value in fitted.items():
-                setattr(self, name, value)
+            _set_linear_fitted(
+                self,
+                op,
+                fitted["coef_"],
+                fitted["intercept_"],
+                y_ndim=2,
+                ravel_single=False,
+                n_iter=fitted["n_iter_"],
+            )
             return self
 
         n_features = op.n_cols
@@ -501,11 +542,23 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
             )
             w, n_iter = coefs[0], int(n_iter[0])
         else:
-            w, n_iter = self._fit_gd(
-                w0, op, target, sample_weight, sw_sum, loss, n_outputs
+            w, n_iter = _logistic_regression_gd(
+                op,
+                target,
+                sample_weight=sample_weight,
+                sw_sum=sw_sum,
+                loss=loss,
+                w0=w0,
+                l2_reg_strength=(
+                    0.0 if self.penalty is None else 1.0 / (self.C * sw_sum)
+                ),
+                fit_intercept=self.fit_intercept,
+                learning_rate=self.learning_rate,
+                max_iter=self.max_iter,
+                tol=self.tol,
             )
         self.classes_ = classes
-        self.coef_, self.intercept_ = _fitted_coef(w, op, n_outputs, self.fit_intercept)
+        _set_logistic_fitted(self, op, w, n_outputs, self.fit_intercept)
         self.n_iter_ = np.asarray([n_iter], dtype=np.int32)
         return self
 
@@ -528,49 +581,6 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
         intercept = np.asarray(to_numpy(self.intercept_), dtype=np.float64)
         return np.hstack([coef, intercept.reshape(n_outputs, 1)]).ravel()
 
-    def _fit_gd(self, w0, op, target, sample_weight, sw_sum, loss, n_outputs):
-        l2_reg_strength = 0.0 if self.penalty is None else 1.0 / (self.C * sw_sum)
-        args = (
-            op,
-            target,
-            sample_weight,
-            sw_sum,
-            l2_reg_strength,
-            self.fit_intercept,
-            n_outputs,
-            loss,
-        )
-        learning_rate = self.learning_rate
-        try:
-            # BLAS on one thread, as in _logistic_regression_path.
-            with one_blas_thread():
-                if learning_rate is None:
-                    L = _lipschitz_constant(
-                        op,
-                        sample_weight,
-                        sw_sum,
-                        l2_reg_strength,
-                        self.fit_intercept,
-                        loss,
-                    )
-                    learning_rate = 1.0 / L if L > 0 else 1.0
-                    logger.info("gradient descent step size 1/L = %.3g", learning_rate)
-                # tol=0 is the papers' fixed-iteration mode: no gradient test.
-                tol = self.tol if self.tol > 0 else None
-                w, n_iter, converged = _gradient_descent(
-                    _loss_and_grad, w0, args, learning_rate, self.max_iter, tol
-                )
-        finally:
-            release_binomial_plan(op)
-        if tol is not None and not converged:
-            warnings.warn(
-                f"Gradient descent did not reach tol={self.tol} in "
-                f"max_iter={self.max_iter} iterations; increase max_iter.",
-                ConvergenceWarning,
-                stacklevel=4,
-            )
-        return w, n_iter
-
     def decision_function(self, X):
         """Confidence scores: the linear predictor ``T coef^T + intercept``.
 
@@ -591,14 +601,7 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
 
     def _scores(self, X):
         """Scores, the namespace where they were computed, and the caller."""
-        check_is_fitted(self)
-        caller = Caller(X)
-        op = validate_X(self, X, reset=False, device=self.device)
-        xp = op.xp
-        # Parameters go to where the data is (they are small).
-        coef = asarray_on(self.coef_, xp, op.device)
-        b = asarray_on(self.intercept_, xp, op.device)
-        scores = op.matmul(xp.matrix_transpose(coef)) + b
+        scores, xp, caller = _linear_decision(self, X)
         return (scores[:, 0] if scores.shape[1] == 1 else scores), xp, caller
 
     def predict(self, X):
@@ -633,11 +636,7 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
             Probability of each class, in the order of ``classes_``.
         """
         scores, xp, caller = self._scores(X)
-        f = _special(xp)
-        if scores.ndim == 1:
-            p = f.expit(scores)
-            return caller.give(xp.stack([1.0 - p, p], axis=1))
-        return caller.give(f.softmax(scores))
+        return caller.give(_class_probabilities(scores, xp))
 
     def predict_log_proba(self, X):
         """Logarithm of the class probabilities, computed stably.
@@ -654,12 +653,7 @@ class FactorizedLogisticRegression(DeviceMixin, ClassifierMixin, BaseEstimator):
             Log-probability of each class, in the order of ``classes_``.
         """
         scores, xp, caller = self._scores(X)
-        f = _special(xp)
-        if scores.ndim == 1:
-            out = xp.stack([f.log_expit(-scores), f.log_expit(scores)], axis=1)
-        else:
-            out = f.log_softmax(scores)
-        return caller.give(out)
+        return caller.give(_class_probabilities(scores, xp, log=True))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -19,16 +19,16 @@ from ilargi_sklearn.linear_model._logistic import (
     FactorizedLogisticRegression,
     _check_two_classes,
     _classification_target,
-    _fitted_coef,
     _logistic_regression_path,
     _loss_target,
+    _set_logistic_fitted,
 )
 from ilargi_sklearn.linear_model._loss import _raw_prediction, _split_coef
+from ilargi_sklearn.linear_model._scoring import _IdentityClassifier
 from ilargi_sklearn.multisource import MultiSourceDataset
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     STRATEGIES,
-    Caller,
     validate_fit_inputs,
 )
 
@@ -71,7 +71,10 @@ class FactorizedLogisticRegressionCV(FactorizedLogisticRegression):
         ``"roc_auc"``, ...), a callable ``scorer(estimator, X, y)``, or None for
         the accuracy (scikit-learn's default until 1.11). Scorers that take the
         class labels get all of them, as in scikit-learn, so a fold missing a class
-        still scores. Also used by :meth:`score`.
+        still scores. A name (or None) scores the decision values of all Cs,
+        computed in one product; a callable gets, as in scikit-learn, a fitted
+        :class:`FactorizedLogisticRegression` of each C and the fold's test rows
+        (a row slice of the dataset). Also used by :meth:`score`.
     solver : {"lbfgs"}, default="lbfgs"
         ``scipy.optimize.minimize(method="L-BFGS-B")`` with scikit-learn's options,
         the loss and its gradient computed through the operator.
@@ -281,6 +284,11 @@ class FactorizedLogisticRegressionCV(FactorizedLogisticRegression):
 
         folds = list(check_cv(self.cv, labels, classifier=True).split(X, labels))
         scorer = _fold_scorer(self.scoring, classes)
+        # A named scorer reads the model's outputs only: it scores the decision
+        # values that the path computes for all Cs in one product. A callable
+        # may read the rows themselves: it gets a fitted model of each C and the
+        # fold's test rows, as scikit-learn's LogisticRegressionCV gives them.
+        precomputed = self.scoring is None or isinstance(self.scoring, str)
         n_folds, n_cs = len(folds), len(Cs)
         coefs_paths = np.empty((n_folds, n_cs, n_outputs * n_dof))
         scores = np.empty((n_folds, n_cs))
@@ -306,18 +314,33 @@ class FactorizedLogisticRegressionCV(FactorizedLogisticRegression):
                     max_iter=self.max_iter,
                     tol=self.tol,
                 )
-                op_test, X_test = _test_rows(X, op, test)
-                scores[f] = _path_scores(
-                    self,
-                    op_test,
-                    coefs_paths[f],
-                    classes,
-                    n_outputs,
-                    scorer,
-                    X_test,
-                    labels[test],
-                    None if sw_scores is None else sw_scores[test],
-                )
+                op_test = op.take_rows(test)
+                sw_test = None if sw_scores is None else sw_scores[test]
+                if precomputed:
+                    scores[f] = _path_scores(
+                        op_test,
+                        coefs_paths[f],
+                        classes,
+                        scorer,
+                        labels[test],
+                        sw_test,
+                        n_outputs=n_outputs,
+                        fit_intercept=self.fit_intercept,
+                    )
+                else:
+                    scores[f] = _path_model_scores(
+                        X[test] if isinstance(X, MultiSourceDataset) else op_test.A,
+                        op_test,
+                        coefs_paths[f],
+                        classes,
+                        scorer,
+                        labels[test],
+                        sw_test,
+                        n_outputs=n_outputs,
+                        fit_intercept=self.fit_intercept,
+                        device=self.device,
+                        feature_names=getattr(self, "feature_names_in_", None),
+                    )
 
             if self.refit:
                 # The sum over folds, as scikit-learn: a mean could round two
@@ -351,7 +374,7 @@ class FactorizedLogisticRegressionCV(FactorizedLogisticRegression):
         self.coefs_paths_ = coefs_paths.reshape(n_folds, 1, n_cs, n_outputs, n_dof)
         self.scores_ = scores[:, None, :]
         self.n_iter_ = n_iter[:, None, :]
-        self.coef_, self.intercept_ = _fitted_coef(w, op, n_outputs, self.fit_intercept)
+        _set_logistic_fitted(self, op, w, n_outputs, self.fit_intercept)
         return self
 
     def score(self, X, y, sample_weight=None):
@@ -452,14 +475,6 @@ def _training_rows(op, target, weight, rows):
     return fold
 
 
-def _test_rows(X, op, rows):
-    """The operator of the test rows ``rows``, and those rows as the scorers get
-    them: a row slice of a dataset, the rows of a validated array otherwise (as
-    scikit-learn scores its validated ``X``)."""
-    op_test = op.take_rows(rows)
-    return op_test, (X[rows] if isinstance(X, MultiSourceDataset) else op_test.A)
-
-
 def _fold_scorer(scoring, classes):
     """The scorer of a fold's test rows: ``scorer(model, X, y, sample_weight)``.
 
@@ -493,62 +508,51 @@ def _fold_scorer(scoring, classes):
 
 
 def _path_scores(
-    estimator, op_test, coefs, classes, n_outputs, scorer, X_test, y_test, sw_test
+    op_test, coefs, classes, scorer, y_test, sw_test, *, n_outputs, fit_intercept
 ):
     """The test score of each C of a path: one product of the test rows with all
-    the path's coefficients, then the scorer on each C's decision values."""
+    the path's coefficients (flat parameters, one row per C), then the scorer on
+    each C's decision values through an identity classifier."""
     n_cs = coefs.shape[0]
     n_features = op_test.n_cols
     coef, intercept = _split_coef(
-        coefs.ravel(), n_features, n_cs * n_outputs, estimator.fit_intercept
+        coefs.ravel(), n_features, n_cs * n_outputs, fit_intercept
     )
     raw = to_numpy(_raw_prediction(op_test, coef, intercept))
+    model = _IdentityClassifier(classes)
     out = np.empty(n_cs)
     for i in range(n_cs):
-        model = _path_model(
-            estimator,
-            classes,
-            coefs[i],
-            X_test,
-            raw[:, i * n_outputs : (i + 1) * n_outputs],
+        out[i] = scorer(
+            model, raw[:, i * n_outputs : (i + 1) * n_outputs], y_test, sw_test
         )
-        out[i] = scorer(model, X_test, y_test, sw_test)
     return out
 
 
-def _path_model(estimator, classes, w, X_test, raw):
-    """One C of a fold's path as a fitted :class:`_PathModel`: flat parameters
-    ``w`` and its decision values ``raw`` on the test rows ``X_test``."""
-    model = _PathModel(
-        fit_intercept=estimator.fit_intercept,
-        strategy=estimator.strategy,
-        device=estimator.device,
-    )
-    n_outputs = raw.shape[1]
-    n_features = estimator.n_features_in_
-    coef, intercept = _split_coef(w, n_features, n_outputs, estimator.fit_intercept)
-    model.classes_ = classes
-    model.coef_ = coef
-    model.intercept_ = np.zeros(n_outputs) if intercept is None else intercept
-    model.n_features_in_ = n_features
-    if hasattr(estimator, "feature_names_in_"):
-        model.feature_names_in_ = estimator.feature_names_in_
-    model._X_test = X_test
-    model._raw = raw
-    return model
-
-
-class _PathModel(FactorizedLogisticRegression):
-    """One C of a fold's path as a fitted model, for the scorers.
-
-    Its outputs on the fold's test rows (the very object ``_X_test``) are the
-    decision values that the path computed for all Cs in one product; on other
-    data it computes them as :class:`FactorizedLogisticRegression` does.
-    """
-
-    def _scores(self, X):
-        if X is self._X_test:
-            raw = self._raw
-            # Host results (Caller(None) is NumPy): the fold's labels are there.
-            return (raw[:, 0] if raw.shape[1] == 1 else raw), np, Caller(None)
-        return super()._scores(X)
+def _path_model_scores(
+    X_test,
+    op_test,
+    coefs,
+    classes,
+    scorer,
+    y_test,
+    sw_test,
+    *,
+    n_outputs,
+    fit_intercept,
+    device,
+    feature_names,
+):
+    """The test score of each C of a path for a callable scorer: a fitted
+    :class:`FactorizedLogisticRegression` of each C (its coefficients, the
+    classes and the feature names), scored on the fold's test rows ``X_test`` as
+    scikit-learn's LogisticRegressionCV scores its LogisticRegression."""
+    out = np.empty(coefs.shape[0])
+    for i, w in enumerate(coefs):
+        model = FactorizedLogisticRegression(fit_intercept=fit_intercept, device=device)
+        model.classes_ = classes
+        _set_logistic_fitted(model, op_test, w, n_outputs, fit_intercept)
+        model.n_features_in_ = op_test.n_cols
+        if feature_names is not None:
+            model.feature_names_in_ = feature_names
+        out[i] = scorer(model, X_test, y_test, sw_test)
+    return out

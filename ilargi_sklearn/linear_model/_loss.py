@@ -1,4 +1,5 @@
-"""Loss, gradient and first-order solver kernels of the factorized linear models.
+"""Losses and the objective of the factorized linear models fitted by a
+first-order solver (:mod:`._optimize`).
 
 Every function here is a pure function over the operator protocol
 (:class:`~ilargi_sklearn.multisource.Operator`): the data enter only through
@@ -10,7 +11,8 @@ pointwise losses and gradients, targets, weights) live where the operator does; 
 flat parameters (host, float64, what scipy's L-BFGS works on) cross once per
 evaluation. NumPy gets two faster variants, each chosen in one place: the elementwise
 functions of SciPy (:func:`_special`) and, for the binary logistic loss and the
-log-link Tweedie losses, a compiled row pass (:func:`_fast_objective`).
+log-link Tweedie losses, a compiled row pass (:mod:`._fused_loss`), chosen once per
+fit by :func:`_objective`.
 
 The objective is scikit-learn's ``LinearModelLoss``::
 
@@ -36,17 +38,11 @@ output ``k`` followed by its intercept.
 
 from __future__ import annotations
 
-import warnings
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.optimize
-import scipy.sparse as sp
 from scipy.special import expit, log_expit, log_softmax, logsumexp, softmax
-from sklearn.exceptions import ConvergenceWarning
 
-from ilargi_sklearn._backend import _launcher
 from ilargi_sklearn._backend._launcher import CompiledUnavailable, numba_available
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
@@ -55,23 +51,14 @@ from ilargi_sklearn._backend._namespace import (
     to_numpy,
 )
 from ilargi_sklearn._backend._ops import sum_axis0
-from ilargi_sklearn.linear_model._glm_numba import fused_glm
-from ilargi_sklearn.multisource._operators import (
-    AffineOperator,
-    FusedLayout,
-    MatrixOperator,
-    fused_layout,
-)
+from ilargi_sklearn.linear_model._fused_loss import fused_objective_plan
 
 __all__ = [
     "LOSSES",
     "HalfTweedie",
-    "_gradient_descent",
-    "_lipschitz_constant",
     "_loss_and_grad",
-    "_minimize_lbfgs",
+    "_objective",
     "_split_coef",
-    "release_binomial_plan",
 ]
 
 LOSSES = ("squared", "binomial", "multinomial")
@@ -183,6 +170,20 @@ def _special(xp):
     if is_numpy_namespace(xp):
         return _NumpySpecial
     return _StandardSpecial(xp)
+
+
+def _class_probabilities(scores, xp, log=False):
+    """The class probabilities (``log``: their logarithms, computed stably) of a
+    linear classifier's decision values: the inverse link of ``"binomial"``
+    (1-D ``scores``, the score of the second class: two columns) and of
+    ``"multinomial"`` (2-D, softmax)."""
+    f = _special(xp)
+    if scores.ndim == 1:
+        if log:
+            return xp.stack([f.log_expit(-scores), f.log_expit(scores)], axis=1)
+        p = f.expit(scores)
+        return xp.stack([1.0 - p, p], axis=1)
+    return f.log_softmax(scores) if log else f.softmax(scores)
 
 
 def _raw_prediction(op, coef, intercept):
@@ -374,12 +375,6 @@ def _loss_and_grad(
         Its gradient, on the host. The coefficient part is
         ``T^T (s * dloss/draw) / s_sum + l2_reg_strength * W``: one ``rmatmul``.
     """
-    fast = _fast_objective(op, loss)
-    if fast is not None:
-        try:
-            return fast(w, y, sample_weight, sw_sum, l2_reg_strength, fit_intercept)
-        except CompiledUnavailable:
-            pass  # numba cannot compile here: the array code below runs
     xp = op.xp
     n_features = op.n_cols
     coef, intercept = _split_coef(w, n_features, n_outputs, fit_intercept)
@@ -404,362 +399,70 @@ def _loss_and_grad(
     return value, grad
 
 
-def _fast_objective(op, loss):
-    """The compiled objective of ``op`` for ``loss``, or None (the array code runs).
+# ------------------------------------------------------ the objective of a fit
+def _objective(op, loss):
+    """The objective of one fit on ``op``: ``fun(w, y, sample_weight, sw_sum,
+    l2_reg_strength, fit_intercept, n_outputs) -> (value, grad)``, the arguments
+    and results of :func:`_loss_and_grad`.
 
-    The binary logistic loss and the log-link :class:`HalfTweedie` losses of a
-    NumPy operator have one (:class:`_FusedBinomial`): its gradient sums are
-    accumulated in the same row pass as the predictions, where the array code
-    makes four n-length passes. The identity link stays on the array code.
+    The one place where the compiled variant is chosen, once per fit (as
+    :func:`~ilargi_sklearn.cluster._kmeans._lloyd_steps` chooses the Lloyd
+    steps): the binary logistic loss and the log-link :class:`HalfTweedie`
+    losses of a NumPy operator get a compiled row pass
+    (:func:`~ilargi_sklearn.linear_model._fused_loss.fused_objective_plan`) where
+    numba runs, which accumulates the gradient's sums in the same pass as the
+    predictions; every other loss, operator and namespace the array code of
+    :func:`_loss_and_grad`, which is also what runs for the rest of the fit when
+    the compiled pass cannot compile here. The plan (per-fit tables, a
+    column-major copy of a narrow identity source) lives as long as the returned
+    function: dropping it at the end of the fit releases them.
     """
-    if isinstance(loss, HalfTweedie) and loss.link == "log":
-        power = float(loss.power)
-    elif isinstance(loss, str) and loss == "binomial":
-        power = None
+    plan = None
+    if isinstance(loss, HalfTweedie):
+        power = float(loss.power) if loss.link == "log" else False
     else:
-        return None
-    if not numba_available():
-        return None
-    plan = _fused_binomial_plan(op)
-    if plan is None:
-        return None
-    if power is None:
-        return plan.loss_and_grad
-    return lambda *args: plan.loss_and_grad(*args, power)
+        power = None if (isinstance(loss, str) and loss == "binomial") else False
+    if power is not False and numba_available():
+        plan = fused_objective_plan(op, power)
 
-
-# ------------------------------- the compiled binomial and log-link GLM objectives
-def _glm_layout(op):
-    """A :class:`FusedLayout` of a NumPy operator for the compiled pass, or None.
-
-    Factorized matrices (:func:`fused_layout`) and plain dense or CSR matrices (a
-    layout with the matrix as its identity source and no row groups), under
-    scaling/centering layers.
-    """
-    if isinstance(op, AffineOperator):
-        if op._xp is not None:
-            return None
-        inner = _glm_layout(op.base)
-        return None if inner is None else inner.with_affine(op.scale, op.offset)
-    if isinstance(op, MatrixOperator):
-        A = op.A
-        if op._xp is not None or not (
-            isinstance(A, np.ndarray) or (sp.issparse(A) and A.format == "csr")
-        ):
-            return None
-        m = A.shape[1]
-        return FusedLayout(
-            A.shape,
-            np.dtype(op.dtype),
-            A,
-            np.arange(m, dtype=np.int64),
-            (),
-            None,
-            None,
-            np.ones(m, dtype=np.int64),
-        )
-    return fused_layout(op)
-
-
-#: The plans of the operators being fitted (one per operator, not one per
-#: evaluation: L-BFGS evaluates the objective 10-100 times). A plan may hold a
-#: column-major copy of the identity source: the fit releases it at its end
-#: (:func:`release_binomial_plan`).
-_binomial_plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def release_binomial_plan(op):
-    """Drop the plan (and its copies) that :func:`_fused_binomial_plan` kept."""
-    _binomial_plans.pop(op, None)
-
-
-#: Identity sources up to this many columns get a column-major copy in the plan.
-_COLUMN_MAJOR_MAX_COLS = 12
-
-
-def _fused_binomial_plan(op):
-    """A :class:`_FusedBinomial` for ``op``, or None (the array code of
-    :func:`_loss_and_grad` then runs)."""
-    plan = _binomial_plans.get(op, False)
-    if plan is False:
-        layout = _glm_layout(op)
-        plan = None if layout is None else _FusedBinomial(layout)
-        _binomial_plans[op] = plan
-    return plan
-
-
-class _FusedBinomial:
-    """The binary logistic objective of one operator in compiled row passes, and
-    the log-link Tweedie objectives (the same passes with another pointwise loss,
-    :func:`~ilargi_sklearn.linear_model._glm_numba.fused_glm`).
-
-    With ``T' = (T - 1 o^T) diag(s)`` and coefficients ``c`` in the coordinates
-    of ``T'``, the predictor is ``T' c + b = T e + (b - o . e)`` with ``e = s * c``,
-    and ``T = X0 M0^T + sum_g I_g S_g M_g^T`` is read as the identity source's rows
-    plus, per row group, one entry of the table ``S_g e_g`` (see
-    :func:`~ilargi_sklearn.linear_model._glm_numba.fused_glm`). The gradient
-    ``T'^T g = s * (T^T g - o sum(g))`` is assembled from the pass's sums:
-    ``X0^T g`` and, per row group, ``S_g^T`` times the sums per source row.
-    Unmatched rows (index -1) have zeros in ``T``: they add nothing.
-
-    The rows go through in blocks (:meth:`_block_rows`), each block's products,
-    passes and n-length temporaries while they are in the cache.
-    """
-
-    def __init__(self, layout):
-        n, m = layout.shape
-        self.n_cols = m
-        self.offset = (
-            None if layout.offset is None else np.asarray(layout.offset, float)
-        )
-        self.scale = None if layout.scale is None else np.asarray(layout.scale, float)
-        self.base, self.cols0 = layout.base, layout.base_cols
-        X0 = self.base
-        if (
-            isinstance(X0, np.ndarray)
-            and 0 < X0.shape[1] <= _COLUMN_MAJOR_MAX_COLS
-            and n >= 2 * self._block_rows(n)
-        ):
-            # The products X0_b e0 and X0_b^T g of a narrow row-major X0 run as
-            # dot products of a few elements per row; on a column-major copy
-            # they stream whole columns, faster up to about a dozen columns
-            # (beyond, the row-major products win). The copy is made once per
-            # fit.
-            self.base = np.asfortranarray(X0)
-        self.groups = [(g.idx, g.S, g.cols) for g in layout.groups]
-        # Each group's entries, then one zero entry for its unmatched rows.
-        self.pads = np.asarray([S.shape[0] for _, S, _ in self.groups], np.int64)
-        self.offsets = np.concatenate([[0], np.cumsum(self.pads + 1)[:-1]])
-        self.offsets = self.offsets.astype(np.int64)
-        self.total = int(np.sum(self.pads + 1))
-
-    @staticmethod
-    def _block_rows(n):
-        """Rows per block: 32,768 (measured best of 8,192-65,536 on one thread),
-        all rows when fewer than two blocks' worth."""
-        block = 32768
-        return n if n < 2 * block else block
-
-    def loss_and_grad(
-        self, w, y, sample_weight, sw_sum, l2_reg_strength, fit_intercept, power=None
-    ):
-        """:func:`_loss_and_grad` for ``loss="binomial"`` (``power`` None) or
-        ``HalfTweedie(power, "log")`` (one output)."""
-        m = self.n_cols
-        coef, intercept = _split_coef(w, m, 1, fit_intercept)
-        c = coef[0]
-        e = c if self.scale is None else c * self.scale
-        bias = float(intercept[0]) if fit_intercept else 0.0
-        if self.offset is not None:
-            bias -= float(self.offset @ e)
-        P = np.zeros(self.total)
-        for (_, S, cols), start in zip(self.groups, self.offsets):
-            P[start : start + S.shape[0]] = S @ e[cols]
-        X0 = self.base
-        # In the source's dtype: a float32 source is not copied to float64.
-        e0 = None if X0 is None else e[self.cols0].astype(X0.dtype)
-        y = np.ascontiguousarray(y, dtype=np.float64)
-        sw = (
-            None
-            if sample_weight is None
-            else np.ascontiguousarray(sample_weight, dtype=np.float64)
-        )
-        idxs = [idx for idx, _, _ in self.groups]
-        n = y.shape[0]
-        block = self._block_rows(n)
-        starts = np.arange(0, n, block)
-        # Threads take whole blocks (each block's kernels, BLAS products and NumPy
-        # passes on one thread, the GIL released in all three): one hand-out per
-        # evaluation, where splitting each block's passes over the threads cost
-        # more than it gained. A task sums into its own arrays (summed in task
-        # order below): at least 3 blocks and as many rows as its sums have
-        # entries, two tasks per thread (two threads: 1.26x at 4e5 rows, 1.33x at
-        # 1e6; with tasks of single blocks 0.94x at 1e5, benchmarks/README.md).
-        threads = _launcher.n_threads()
-        min_rows = max(_launcher.MIN_CHUNK_ROWS["logistic"], self.total)
-        min_blocks = -(-min_rows // block)
-        n_tasks = _launcher.chunks(starts.size, min_blocks, threads, per_thread=2)
-        groups = np.array_split(starts, n_tasks)
-        parts = [None] * n_tasks
-
-        def task(t):
-            lsum = gsum = 0.0
-            bins = np.zeros(self.total)
-            g0 = None if X0 is None else np.zeros(e0.shape[0])
-            for lo in groups[t]:
-                hi = min(n, lo + block)
-                Xb = None if X0 is None else X0[lo:hi]
-                ls, gs, g, bins_b = fused_glm(
-                    None if Xb is None else np.asarray(Xb @ e0, dtype=np.float64),
-                    [idx[lo:hi] for idx in idxs],
-                    P,
-                    self.offsets,
-                    self.pads,
-                    y[lo:hi],
-                    None if sw is None else sw[lo:hi],
-                    bias,
-                    1,
-                    power,
+    def fun(w, y, sample_weight, sw_sum, l2_reg_strength, fit_intercept, n_outputs):
+        nonlocal plan
+        if plan is not None:
+            try:
+                return _fused_loss_and_grad(
+                    plan, w, y, sample_weight, sw_sum, l2_reg_strength, fit_intercept
                 )
-                lsum += ls
-                gsum += gs
-                bins += bins_b
-                if Xb is not None:
-                    g0 += Xb.T @ g.astype(X0.dtype, copy=False)
-            parts[t] = lsum, gsum, bins, g0
-
-        _launcher.run_tasks(task, n_tasks, threads)
-        lsum, gsum, bins, g0 = parts[0]
-        for ls, gs, bins_t, g0_t in parts[1:]:
-            lsum += ls
-            gsum += gs
-            bins += bins_t
-            if g0 is not None:
-                g0 += g0_t
-        g_t = np.zeros(m)
-        if X0 is not None:
-            g_t[self.cols0] += g0
-        for (_, S, cols), start in zip(self.groups, self.offsets):
-            # Columns may repeat across the terms of one group: add.at sums them.
-            np.add.at(g_t, cols, S.T @ bins[start : start + S.shape[0]])
-        if self.offset is not None:
-            g_t -= self.offset * gsum
-        if self.scale is not None:
-            g_t *= self.scale
-        value = lsum / sw_sum
-        grad = np.empty_like(w, dtype=np.float64)
-        g_coef, g_intercept = _split_coef(grad, m, 1, fit_intercept)
-        g_coef[0] = g_t / sw_sum
-        value += _l2_penalty(coef, g_coef, l2_reg_strength)
-        if fit_intercept:
-            g_intercept[:] = gsum / sw_sum
-        return value, grad
-
-
-def _lipschitz_constant(
-    op, sample_weight, sw_sum, l2_reg_strength, fit_intercept, loss, n_power_iter=10
-):
-    """Estimate of the Lipschitz constant of the gradient of the objective.
-
-    ``L = c * lambda_max(A^T diag(s) A) / s_sum + l2_reg_strength`` with
-    ``A = [T, 1]`` (``[T]`` without intercept) and ``c`` the curvature bound of the
-    pointwise loss. ``lambda_max`` comes from power iteration on ``A^T diag(s) A``
-    (one ``matmul`` and one ``rmatmul`` per step), started from a fixed
-    pseudo-random vector so that fits are reproducible.
-
-    Power iteration approaches ``lambda_max`` from below; a step size ``1 / L`` stays
-    stable as long as the estimate is above ``lambda_max / 2``; ten steps gave at
-    least 0.87 ``lambda_max`` on every test schema and on anisotropic data.
-    """
-    n_features = op.n_cols
-    n_params = n_features + int(fit_intercept)
-    # n-length products stay where the operator is; the power-iteration vector is
-    # parameter-sized and lives on the host.
-    xp, device, dtype = op.xp, op.device, op.dtype
-    op_dtype = namespace_dtype(xp, dtype)
-    v = np.random.default_rng(0).standard_normal(n_params)
-    lam = 0.0
-    for _ in range(n_power_iter):
-        norm = np.linalg.norm(v)
-        if norm == 0:
-            break
-        v /= norm
-        Av = op.matmul(asarray_on(v[:n_features], xp, device, dtype))
-        Av = xp.astype(Av, xp.float64, copy=False)
-        if fit_intercept:
-            Av = Av + float(v[n_features])
-        if sample_weight is not None:
-            Av = Av * sample_weight
-        u = np.empty(n_params)
-        u[:n_features] = to_numpy(op.rmatmul(xp.astype(Av, op_dtype, copy=False)))
-        if fit_intercept:
-            u[n_features] = float(xp.sum(Av))
-        lam = float(v @ u)
-        v = u
-    return _CURVATURE[loss] * lam / sw_sum + l2_reg_strength
-
-
-def _gradient_descent(loss_and_grad, w0, args, learning_rate, max_iter, tol):
-    """Fixed-step gradient descent ``w <- w - learning_rate * grad(w)``.
-
-    Parameters
-    ----------
-    loss_and_grad : callable
-        ``loss_and_grad(w, *args) -> (value, grad)``.
-    w0 : ndarray
-        Initial parameters (not modified).
-    args : tuple
-        Extra arguments of ``loss_and_grad``.
-    learning_rate : float
-        Step size.
-    max_iter : int
-        Number of steps when ``tol`` is None (the paper's fixed-iteration solver),
-        otherwise the most steps.
-    tol : float or None
-        Stop before a step once ``max |grad| <= tol``.
-
-    Returns
-    -------
-    w : ndarray
-        Final parameters.
-    n_iter : int
-        Steps taken.
-    converged : bool
-        Whether the gradient fell below ``tol`` (False when ``tol`` is None).
-    """
-    w = np.array(w0, dtype=np.float64, copy=True)
-    for it in range(max_iter):
-        _, grad = loss_and_grad(w, *args)
-        if tol is not None and np.max(np.abs(grad), initial=0.0) <= tol:
-            return w, it, True
-        w -= learning_rate * grad
-    if tol is not None:
-        _, grad = loss_and_grad(w, *args)
-        return w, max_iter, bool(np.max(np.abs(grad), initial=0.0) <= tol)
-    return w, max_iter, False
-
-
-def _minimize_lbfgs(fun, w0, args, max_iter, tol, *, stacklevel=2, context=""):
-    """L-BFGS-B on ``fun(w, *args) -> (value, grad)`` with scikit-learn's options.
-
-    ``maxiter=max_iter``, ``maxls=50`` (scipy's default is 20), ``gtol=tol`` and
-    ``ftol = 64 eps``, as scikit-learn's ``LogisticRegression`` and GLMs pass them,
-    so that both libraries take the same steps to the same optimum.
-
-    Returns
-    -------
-    w : ndarray
-        Final parameters.
-    n_iter : int
-        Iterations run, at most ``max_iter``.
-
-    Warns
-    -----
-    ConvergenceWarning
-        When L-BFGS stopped before its gradient test passed; ``stacklevel`` points
-        the warning at the caller's caller, ``context`` (" for C=0.1") names the
-        fit in its message.
-    """
-    result = scipy.optimize.minimize(
-        fun,
-        w0,
-        method="L-BFGS-B",
-        jac=True,
-        args=args,
-        options={
-            "maxiter": max_iter,
-            "maxls": 50,
-            "gtol": tol,
-            "ftol": 64 * np.finfo(float).eps,
-        },
-    )
-    if result.status != 0:
-        warnings.warn(
-            f"L-BFGS failed to converge{context} after {result.nit} iteration(s) "
-            f"(status={result.status}: {result.message}). Increase max_iter="
-            f"{max_iter}, or scale the features (for example with "
-            "ilargi_sklearn's FactorizedStandardScaler).",
-            ConvergenceWarning,
-            stacklevel=stacklevel + 1,
+            except CompiledUnavailable:
+                plan = None  # numba cannot compile here: the array code from now on
+        return _loss_and_grad(
+            w,
+            op,
+            y,
+            sample_weight,
+            sw_sum,
+            l2_reg_strength,
+            fit_intercept,
+            n_outputs,
+            loss,
         )
-    return result.x, min(int(result.nit), max_iter)
+
+    return fun
+
+
+def _fused_loss_and_grad(
+    plan, w, y, sample_weight, sw_sum, l2_reg_strength, fit_intercept
+):
+    """:func:`_loss_and_grad` (one output) from the sums of a compiled row pass
+    (:class:`~ilargi_sklearn.linear_model._fused_loss._FusedBinomial`)."""
+    n_features = plan.n_cols
+    coef, intercept = _split_coef(w, n_features, 1, fit_intercept)
+    b = float(intercept[0]) if fit_intercept else 0.0
+    lsum, g_t, gsum = plan.sums(coef[0], b, y, sample_weight)
+    value = lsum / sw_sum
+    grad = np.empty_like(w, dtype=np.float64)
+    g_coef, g_intercept = _split_coef(grad, n_features, 1, fit_intercept)
+    g_coef[0] = g_t / sw_sum
+    value += _l2_penalty(coef, g_coef, l2_reg_strength)
+    if fit_intercept:
+        g_intercept[:] = gsum / sw_sum
+    return value, grad

@@ -18,27 +18,26 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_y, check_is_fitted
 
 from ilargi_sklearn._backend._launcher import one_blas_thread
-from ilargi_sklearn._backend._namespace import (
-    asarray_on,
-    is_numpy_namespace,
-    namespace_dtype,
-    to_numpy,
-)
-from ilargi_sklearn._backend._ops import sum_axis0
+from ilargi_sklearn._backend._namespace import asarray_on, is_numpy_namespace, to_numpy
 from ilargi_sklearn._backend._plan import UnsupportedOnDeviceError
-from ilargi_sklearn.linear_model import _linear
-from ilargi_sklearn.linear_model._linear import (
+from ilargi_sklearn.linear_model._base import (
     LinearPredictorMixin,
     _check_device_support,
     _check_n_rows,
+    _labels_from_scores,
     _linear_decision,
-    _predict64,
     _regression_target,
+    _set_linear_fitted,
+)
+from ilargi_sklearn.linear_model._least_squares import (
+    _conjugate_gradient,
+    _normal_product,
     _solve_lsqr,
     _solve_normal_equations,
+    _solve_sparse_cg,
+    gram_out_of_reach,
 )
-from ilargi_sklearn.linear_model._logistic import _labels_from_scores
-from ilargi_sklearn.utils._stats import centered_gram, centered_products, host64
+from ilargi_sklearn.utils._stats import centered_gram, centered_products
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     STRATEGIES,
@@ -76,7 +75,7 @@ def _check_alpha(alpha, n_targets):
     return np.broadcast_to(a, (n_targets,)).copy()
 
 
-def _resolve_solver(solver, positive, op, name):
+def _resolve_solver(solver, positive, op):
     """The solver that runs: scikit-learn's checks of ``solver`` against
     ``positive``, then the choice of ``"auto"``."""
     if positive and solver not in ("auto", "lbfgs"):
@@ -99,15 +98,14 @@ def _resolve_solver(solver, positive, op, name):
             # scikit-learn's conjugate gradients, then the exact solve when they
             # would cost more than it (_solve_products_then_gram).
             solver = "sparse_cg_then_cholesky"
-        elif _linear.gram_out_of_reach(op):
+        elif gram_out_of_reach(op):
             # LSQR's loop is NumPy code over n-length vectors; CG keeps only
             # parameter-sized vectors and so runs wherever the operator does.
             solver = "lsqr" if on_host else "sparse_cg"
         else:
             solver = "cholesky"
         logger.info(
-            "%s: solver='auto' runs %r (%d features, %s%s).",
-            name,
+            "ridge: solver='auto' runs %r (%d features, %s%s).",
             solver,
             op.n_cols,
             "sparse" if op.is_sparse else "dense",
@@ -117,7 +115,7 @@ def _resolve_solver(solver, positive, op, name):
         )
     if solver == "lsqr" and not on_host:
         raise UnsupportedOnDeviceError(
-            f"{name}(solver='lsqr') runs on NumPy data only (got {op.xp.__name__}); "
+            f"solver='lsqr' runs on NumPy data only (got {op.xp.__name__}); "
             "use solver='sparse_cg' or 'cholesky', or device='cpu'."
         )
     return solver
@@ -126,9 +124,7 @@ def _resolve_solver(solver, positive, op, name):
 def _implicit_and_wide(op):
     """An implicit feature expansion (``prefers_products``) too wide for the
     gram to be formed without a second thought."""
-    return bool(
-        getattr(op, "prefers_products", False) and _linear.gram_out_of_reach(op)
-    )
+    return bool(getattr(op, "prefers_products", False) and gram_out_of_reach(op))
 
 
 def _gram_cost_in_iterations(op):
@@ -195,97 +191,6 @@ def _solve_products_then_gram(
     return coef, intercept, n_iter + 1, "cholesky"
 
 
-def _normal_product(op, mu, sample_weight):
-    """``V -> T_c^T S T_c V`` through the operator, ``T_c = T - 1 mu^T``.
-
-    ``V`` (n_features, k) is on the host; one ``matmul`` and one ``rmatmul`` of k
-    columns, with the centering applied to the products (never to the data).
-    ``op`` and ``mu`` are the shifted design and its center
-    (:func:`~ilargi_sklearn.utils._stats.centered_products`), whose products do
-    not form the large values of a column with a large mean.
-    """
-    xp = op.xp
-    xdt = namespace_dtype(xp, op.dtype)
-    centered = bool(np.any(mu))
-
-    def product(V):
-        R = _predict64(op, V)
-        if centered:
-            R = R - asarray_on(mu @ V, xp, op.device)
-        if sample_weight is not None:
-            R = R * sample_weight[:, None]
-        out = host64(op.rmatmul(xp.astype(R, xdt, copy=False)))
-        if centered:
-            out -= np.outer(mu, host64(sum_axis0(R, xp)))
-        return out
-
-    return product
-
-
-def _conjugate_gradient(product, B, alphas, tol, max_iter):
-    """Conjugate gradients on ``(N + alpha_j I) x_j = b_j`` for every column.
-
-    The iteration and stopping rule of :func:`scipy.sparse.linalg.cg` (which
-    scikit-learn's ``Ridge(solver="sparse_cg")`` calls with ``rtol=tol``): stop
-    when ``||r_j|| < tol ||b_j||``, at most ``10 n_features`` iterations by
-    default. The columns still iterating share one ``product`` (one pass over the
-    data for all of them) per iteration.
-
-    Returns
-    -------
-    X : ndarray of shape (n_features, n_targets)
-    n_iter : ndarray of shape (n_targets,), int32
-    converged : ndarray of shape (n_targets,), bool
-    """
-    n_features, n_targets = B.shape
-    max_iter = 10 * n_features if max_iter is None else max_iter
-    X = np.zeros_like(B)
-    R = B.copy()
-    P = np.zeros_like(B)
-    rho_prev = np.ones(n_targets)
-    n_iter = np.zeros(n_targets, dtype=np.int32)
-    b_norm = np.linalg.norm(B, axis=0)
-    active = b_norm > 0  # a zero right-hand side has the solution zero
-    for it in range(max_iter):
-        active &= ~(np.linalg.norm(R, axis=0) < tol * b_norm)
-        cols = np.flatnonzero(active)
-        if cols.size == 0:
-            break
-        Rc = R[:, cols]
-        rho = np.einsum("ij,ij->j", Rc, Rc)
-        # Every column starts at it == 0 and only ever leaves: one branch for all.
-        P[:, cols] = Rc if it == 0 else Rc + (rho / rho_prev[cols]) * P[:, cols]
-        Pc = P[:, cols]
-        Q = product(Pc) + alphas[cols] * Pc
-        step = rho / np.einsum("ij,ij->j", Pc, Q)
-        X[:, cols] += step * Pc
-        R[:, cols] -= step * Q
-        rho_prev[cols] = rho
-        n_iter[cols] += 1
-    converged = ~active | (np.linalg.norm(R, axis=0) < tol * b_norm)
-    return X, n_iter, converged
-
-
-def _solve_sparse_cg(op, Y, sample_weight, fit_intercept, alphas, tol, max_iter):
-    """Ridge by conjugate gradients on ``(T_c^T S T_c + alpha I) w = T_c^T S y``.
-
-    Returns ``(coef (n_targets, n_features), intercept (n_targets,), n_iter)``.
-    """
-    stats = centered_gram(op, sample_weight, fit_intercept, Y, gram=False)
-    product = _normal_product(*centered_products(op, stats), sample_weight)
-    coef, n_iter, converged = _conjugate_gradient(
-        product, stats.rhs, alphas, tol, max_iter
-    )
-    if not converged.all():
-        warnings.warn(
-            f"sparse_cg did not reach tol={tol} in {int(n_iter.max())} iterations "
-            f"for {int((~converged).sum())} target(s); increase max_iter.",
-            ConvergenceWarning,
-            stacklevel=4,
-        )
-    return coef.T, stats.y_mean - stats.mu @ coef, n_iter
-
-
 def _solve_positive(op, Y, sample_weight, fit_intercept, alphas, tol, max_iter):
     """Ridge with ``coef >= 0`` by L-BFGS-B, as scikit-learn's
     ``Ridge(positive=True)``.
@@ -298,7 +203,7 @@ def _solve_positive(op, Y, sample_weight, fit_intercept, alphas, tol, max_iter):
 
     Returns ``(coef (n_targets, n_features), intercept (n_targets,), n_iter)``.
     """
-    use_gram = not _linear.gram_out_of_reach(op)
+    use_gram = not gram_out_of_reach(op)
     stats = centered_gram(op, sample_weight, fit_intercept, Y, gram=use_gram)
     if use_gram:
         G = stats.G
@@ -339,8 +244,42 @@ def _solve_positive(op, Y, sample_weight, fit_intercept, alphas, tol, max_iter):
     return coef, stats.y_mean - coef @ stats.mu, n_iter
 
 
-def _fit_ridge(estimator, op, Y, sample_weight):
-    """Solve the ridge problem of ``estimator``'s parameters on ``op`` and ``Y``.
+def _ridge_regression(
+    op,
+    Y,
+    *,
+    alpha,
+    sample_weight,
+    solver,
+    positive,
+    tol,
+    max_iter,
+    fit_intercept,
+    stats=None,
+):
+    """Ridge regression on ``op`` and ``Y``, scikit-learn's ``_ridge_regression``.
+
+    Parameters
+    ----------
+    op : Operator of shape (n_samples, n_features)
+    Y : array of shape (n_samples, n_targets), float64
+        Where ``op`` lives.
+    alpha : float or array-like of shape (n_targets,)
+        The L2 penalties, one or one per target (checked here).
+    sample_weight : array of shape (n_samples,) or None
+        Where ``op`` lives.
+    solver : {"auto", "cholesky", "lsqr", "sparse_cg", "lbfgs"}
+        As :class:`FactorizedRidge`'s (``"auto"`` chosen here, logged).
+    positive : bool
+        Non-negative coefficients (``"auto"`` or ``"lbfgs"`` only).
+    tol : float
+        Precision of the iterative solvers (no effect on ``"cholesky"``).
+    max_iter : int or None
+        Most iterations of the iterative solvers.
+    fit_intercept : bool
+    stats : GramStats, default=None
+        The centered statistics of ``op`` and ``Y`` for ``"cholesky"``, where the
+        caller holds them (a cross-validated search); None computes them.
 
     Returns
     -------
@@ -349,36 +288,34 @@ def _fit_ridge(estimator, op, Y, sample_weight):
     n_iter : ndarray of shape (n_targets,), int32
         Iterations per target (1 for the direct solve).
     solver : str
-        The solver that ran.
+        The solver whose answer is returned.
     """
-    name = type(estimator).__name__
-    _check_device_support(op, name)
-    alphas = _check_alpha(estimator.alpha, Y.shape[1])
-    solver = _resolve_solver(estimator.solver, estimator.positive, op, name)
-    args = (op, Y, sample_weight, estimator.fit_intercept)
+    alphas = _check_alpha(alpha, Y.shape[1])
+    solver = _resolve_solver(solver, positive, op)
+    args = (op, Y, sample_weight, fit_intercept)
     if solver == "cholesky":
         # tol has no part in the direct solve (as in scikit-learn): no singular
         # value is cut on purpose, only directions below the gram's rounding noise
         # (none while alpha is above it).
-        coef, intercept, _ = _solve_normal_equations(*args, cond=0.0, alpha=alphas)
+        coef, intercept, _ = _solve_normal_equations(
+            *args, cond=0.0, alpha=alphas, stats=stats
+        )
         # One direct solve; scikit-learn's None fails its own n_iter_ check.
         n_iter = np.ones(Y.shape[1], dtype=np.int32)
     elif solver == "lsqr":
         coef, intercept, n_iter = _solve_lsqr(
-            *args, estimator.tol, alpha=alphas, max_iter=estimator.max_iter
+            *args, tol, alpha=alphas, max_iter=max_iter
         )
     elif solver == "sparse_cg_then_cholesky":
         with one_blas_thread():
             coef, intercept, n_iter, solver = _solve_products_then_gram(
-                *args, alphas, estimator.tol, estimator.max_iter
+                *args, alphas, tol, max_iter
             )
     else:
         solve = _solve_sparse_cg if solver == "sparse_cg" else _solve_positive
         # The solvers' vector operations gain nothing from BLAS threads.
         with one_blas_thread():
-            coef, intercept, n_iter = solve(
-                *args, alphas, estimator.tol, estimator.max_iter
-            )
+            coef, intercept, n_iter = solve(*args, alphas, tol, max_iter)
     return coef, intercept, n_iter, solver
 
 
@@ -402,16 +339,27 @@ class _RidgeFit:
         """Fit ``Y`` (n_samples, n_targets) and set the fitted attributes with
         scikit-learn's shapes: a 1-D ``coef_`` for one target, a float
         ``intercept_`` for a 1-D ``y``, 0.0 without an intercept."""
-        coef, intercept, n_iter, solver = _fit_ridge(self, op, Y, sample_weight)
-        # Fitted attributes stay where the fit ran.
-        coef = asarray_on(coef.astype(op.dtype, copy=False), op.xp, op.device)
-        intercept = asarray_on(intercept.astype(op.dtype, copy=False), op.xp, op.device)
-        self.coef_ = coef[0, :] if coef.shape[0] == 1 else coef
-        if not self.fit_intercept:
-            self.intercept_ = 0.0
-        else:
-            self.intercept_ = intercept[0] if y_ndim == 1 else intercept
-        self.n_iter_ = n_iter
+        _check_device_support(op, type(self).__name__)
+        coef, intercept, n_iter, solver = _ridge_regression(
+            op,
+            Y,
+            alpha=self.alpha,
+            sample_weight=sample_weight,
+            solver=self.solver,
+            positive=self.positive,
+            tol=self.tol,
+            max_iter=self.max_iter,
+            fit_intercept=self.fit_intercept,
+        )
+        _set_linear_fitted(
+            self,
+            op,
+            coef,
+            intercept if self.fit_intercept else None,
+            y_ndim=y_ndim,
+            ravel_single=True,
+            n_iter=n_iter,
+        )
         self.solver_ = solver
 
     def __sklearn_tags__(self):

@@ -78,6 +78,14 @@ from ilargi_sklearn._backend._ops import (
 from ilargi_sklearn._backend._ops import is_sparse as _any_sparse
 from ilargi_sklearn._backend._sparse import sparse_gram, sparse_join
 from ilargi_sklearn.multisource._gram_numba import fused_cross_tables
+from ilargi_sklearn.multisource._products_numba import (
+    BASE_COO,
+    BASE_CSR,
+    BASE_NONE,
+    BASE_ONE,
+    fused_matvec,
+    fused_rmatvec,
+)
 
 __all__ = [
     "AffineOperator",
@@ -491,6 +499,7 @@ class FactorizedMatrix(Operator):
         # own root for the caches.
         state = super().__getstate__()
         state.pop("_fused_layout", None)
+        state.pop("_product_plan", None)
         state["_origins"] = None
         return state
 
@@ -566,6 +575,20 @@ class FactorizedMatrix(Operator):
         shape = (self.n_rows,) + tuple(X.shape[1:])
         if out is not None:
             _check_out(out, shape, dtype)
+        if X.ndim == 0 or X.shape[0] != self.n_cols:
+            raise ValueError(
+                f"the right-hand side has shape {tuple(X.shape)}; expected "
+                f"({self.n_cols},) or ({self.n_cols}, k) for an operator of shape "
+                f"{self.shape}."
+            )
+        if X.ndim == 1:
+            plan = self._compiled_plan(X, dtype)
+            if plan is not None:
+                target = np.empty(shape, dtype) if out is None else out
+                try:
+                    return fused_matvec(plan, X, target)
+                except CompiledUnavailable:
+                    pass
         # Per row group: the dense identity terms (multiplied block by block below),
         # or Z = sum_t S_t X_t, source-sized, to gather (small sources first: never
         # I S first).
@@ -627,6 +650,24 @@ class FactorizedMatrix(Operator):
         if sp.issparse(Y):
             return self._sparse_rmatmul(Y)
         Y = as_array(Y)
+        if Y.ndim == 0 or Y.shape[0] != self.n_rows:
+            raise ValueError(
+                f"the right-hand side has shape {tuple(Y.shape)}; expected "
+                f"({self.n_rows},) or ({self.n_rows}, k) for an operator of shape "
+                f"{self.shape}."
+            )
+        if Y.ndim == 1:
+            dtype = result_dtype(self.dtype, Y)
+            plan = self._compiled_plan(Y, dtype)
+            if plan is not None:
+                if Y.dtype not in (np.float32, np.float64):
+                    Y = Y.astype(np.float64)
+                try:
+                    return fused_rmatvec(plan, np.ascontiguousarray(Y)).astype(
+                        dtype, copy=False
+                    )
+                except CompiledUnavailable:
+                    pass
         out = self._zeros(
             (self.n_cols,) + tuple(Y.shape[1:]), result_dtype(self.dtype, Y)
         )
@@ -635,6 +676,27 @@ class FactorizedMatrix(Operator):
             for t in terms:
                 out = add_rows(out, t.col_index, to_dense(safe_sparse_dot(t.S.T, R)))
         return out
+
+    def _compiled_plan(self, X: Any, dtype: np.dtype) -> ProductPlan | None:
+        """The :class:`ProductPlan` for the compiled product of this operator with
+        the host vector ``X`` (result ``dtype``), or None for the NumPy path.
+
+        The plan is built on the first such product and cached on the operator
+        (it holds the sources' chosen formats, no result).
+        """
+        if (
+            self._xp is not None
+            or not isinstance(X, np.ndarray)
+            or X.dtype.kind not in "biuf"
+            or dtype not in (np.float32, np.float64)
+            or not numba_available()
+        ):
+            return None
+        plan = self.__dict__.get("_product_plan", False)
+        if plan is False:
+            plan = self.__dict__["_product_plan"] = _product_plan(self)
+            _LAYOUT_HOLDERS.add(self)
+        return plan
 
     def _sparse_rmatmul(self, Y: Any) -> np.ndarray:
         """``T.T @ Y`` for a SciPy sparse ``Y`` of shape ``(n_rows, k)``; dense result.
@@ -1585,14 +1647,243 @@ def fused_layout(op: Operator) -> FusedLayout | None:
     return cached
 
 
-#: The operators that hold a fused layout (weakly), for :func:`drop_fused_layouts`.
+#: The operators that hold a fused layout or a product plan (weakly), for
+#: :func:`drop_fused_layouts`.
 _LAYOUT_HOLDERS: weakref.WeakSet = weakref.WeakSet()
 
 
 def drop_fused_layouts() -> None:
-    """Forget every cached :class:`FusedLayout` (``ilargi_sklearn.clear_caches``):
-    a layout may hold copies of the sources (stacked, made contiguous), which an
-    in-place change of a source would leave stale."""
+    """Forget every cached :class:`FusedLayout` and :class:`ProductPlan`
+    (``ilargi_sklearn.clear_caches``): a layout may hold copies of the sources
+    (stacked, made contiguous) and a plan facts about them (whether a source is
+    binary, the dense form of a small sparse one), which an in-place change of a
+    source would leave stale."""
     for op in list(_LAYOUT_HOLDERS):
         op.__dict__.pop("_fused_layout", None)
+        op.__dict__.pop("_product_plan", None)
     _LAYOUT_HOLDERS.clear()
+
+
+# ------------------------------------------------------ plan of the fused products
+#: A sparse identity source with fewer stored entries than this many per row is
+#: read as COO in the row passes (its entries, not its rows: CSR's per-row loop of
+#: zero or one trips mispredicts), from this many on as CSR (measured crossover,
+#: ``benchmarks/README.md``, "Fused products").
+_COO_MAX_ENTRIES_PER_ROW = 1.0
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """A read-only view of ``a``: numba types read-only arrays apart from writable
+    ones, so the plan hands the kernels read-only arrays only (one compiled
+    specialization, whatever the caller's flags)."""
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
+def _csr_arrays(S: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(indptr, indices, data)`` of a sparse ``S`` for the kernels, read-only
+    views of a CSR ``S``'s own arrays (no copy: the kernels compile for its index
+    type, int32 or int64)."""
+    S = sp.csr_matrix(S)
+    itype = np.promote_types(S.indptr.dtype, S.indices.dtype)
+    return (
+        _frozen(np.ascontiguousarray(S.indptr, dtype=itype)),
+        _frozen(np.ascontiguousarray(S.indices, dtype=itype)),
+        _frozen(np.ascontiguousarray(S.data)),
+    )
+
+
+def _dense_is_smaller(S: Any) -> bool:
+    """Whether a sparse ``S`` takes no more bytes dense than as CSR."""
+    n, m = S.shape
+    return n * m * S.dtype.itemsize <= nbytes(S)
+
+
+def _as_dense(S: Any) -> np.ndarray | None:
+    """``S`` as the dense rows the plan reads, or None to keep it sparse: a dense
+    ``S`` (C-ordered), or a sparse one whose dense form takes no more bytes."""
+    if not sp.issparse(S):
+        return _frozen(np.ascontiguousarray(S))
+    if _dense_is_smaller(S):
+        return _frozen(S.toarray())
+    return None
+
+
+@dataclass(frozen=True)
+class PlanSource:
+    """One term's source in a :class:`ProductPlan`: its part of a group's table.
+
+    Attributes
+    ----------
+    dense : ndarray of shape (n_rows, width) or None
+        The source as dense rows, or None for CSR.
+    indptr, indices, data : ndarray
+        Its CSR arrays when ``dense`` is None.
+    binary : bool
+        Whether every stored value is 1 (a one-hot encoding: the kernels do not
+        read the values).
+    n_rows : int
+    cols : slice or ndarray of int
+        Target columns of the source's columns (the term's ``col_index``).
+    offset : int
+        First row of its group's table.
+    own_cols : bool
+        Whether no other term places values in its target columns (its
+        transposed product can then add into them while others run).
+    """
+
+    dense: np.ndarray | None
+    indptr: np.ndarray | None
+    indices: np.ndarray | None
+    data: np.ndarray | None
+    binary: bool
+    n_rows: int
+    width: int
+    cols: slice | np.ndarray
+    offset: int
+    own_cols: bool
+
+    @property
+    def work(self) -> int:
+        """Multiply-adds of one product with a vector (its entries)."""
+        if self.dense is None:
+            return int(self.indptr[-1])
+        return self.n_rows * self.width
+
+
+@dataclass(frozen=True)
+class ProductPlan:
+    """A NumPy factorized matrix as the compiled products read it
+    (:mod:`._products_numba`), with each source's format chosen once.
+
+    ``T = X0 M0^T + B Mb^T + sum_g I_g (sum_t S_t M_t^T)``: an optional dense
+    identity source ``X0`` and an optional sparse one ``B`` (read inside the row
+    passes), and the row groups, whose source-side products are stacked in one
+    table of ``total`` entries (group ``g`` from ``offsets[g]``, its unmatched rows
+    taking entry ``offsets[g] + pads[g]``, a zero).
+
+    The format of each source is chosen from its structure when the plan is built
+    (rules measured once, ``benchmarks/README.md``, "Fused products"), never per
+    call: a sparse source whose dense form takes no more bytes is read as dense
+    rows; a sparse identity source as one entry per row (CSR row pointers
+    ``0, 1, ..., n``: a one-hot column), as COO (fewer than
+    :data:`_COO_MAX_ENTRIES_PER_ROW` entries per row) or as CSR; the values of a
+    binary sparse source (a one-hot encoding) are not read. Every array is a
+    read-only view of the sources' own (no copy), except the dense form of a sparse
+    source (no bigger than it) and the rows of a COO identity source.
+    """
+
+    n_rows: int
+    n_cols: int
+    dense: np.ndarray | None
+    dense_cols: slice | np.ndarray
+    kind: int
+    indptr: np.ndarray
+    rows: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    binary: bool
+    sparse_cols: slice | np.ndarray
+    sparse_width: int
+    idxs: tuple
+    offsets: np.ndarray
+    pads: np.ndarray
+    total: int
+    #: The terms of each row group (their products with a vector are summed into
+    #: the group's part of the table).
+    groups: tuple[tuple[PlanSource, ...], ...]
+    #: Placeholder of an absent dense identity source (shape ``(n_rows, 0)``).
+    no_dense: np.ndarray = field(repr=False)
+
+
+def _product_plan(fm: FactorizedMatrix) -> ProductPlan | None:
+    """The :class:`ProductPlan` of a NumPy factorized matrix, or None where the
+    compiled products do not apply (device sources, another dtype than float32 or
+    float64, no target rows, no row group with an index vector, or more than one
+    dense or one sparse identity source: the NumPy path serves those)."""
+    n, m = fm.shape
+    if (
+        fm._xp is not None
+        or n == 0
+        or fm.dtype not in (np.float32, np.float64)
+        or any(np.dtype(t.S.dtype) not in (np.float32, np.float64) for t in fm.terms)
+    ):
+        return None
+    # Terms per target column (overlapping sources share columns).
+    coverage = np.zeros(m, dtype=np.int64)
+    for t in fm.terms:
+        np.add.at(coverage, np.asarray(t.cols, dtype=np.int64), 1)
+    dense = base = None
+    dense_cols: slice | np.ndarray = slice(0, 0)
+    base_cols: slice | np.ndarray = slice(0, 0)
+    idxs, offsets, pads, groups = [], [], [], []
+    total = 0
+    for rows, terms in fm._row_groups():
+        if rows.is_identity:
+            for t in terms:
+                D = _as_dense(t.S)
+                if D is None:
+                    if base is not None:
+                        return None
+                    base, base_cols = t.S, t.col_index
+                else:
+                    if dense is not None:
+                        return None
+                    dense, dense_cols = D, t.col_index
+            continue
+        offset = total
+        group = []
+        for t in terms:
+            D = _as_dense(t.S)
+            parts = (None, None, None) if D is not None else _csr_arrays(t.S)
+            binary = parts[2] is not None and bool(np.all(parts[2] == 1))
+            r, width = int(t.S.shape[0]), int(t.S.shape[1])
+            own = bool(np.all(coverage[t.cols] == 1))
+            src = PlanSource(D, *parts, binary, r, width, t.col_index, offset, own)
+            group.append(src)
+        groups.append(tuple(group))
+        r = rows.n_source_rows
+        idxs.append(_frozen(np.ascontiguousarray(rows.idx, dtype=np.int64)))
+        offsets.append(offset)
+        pads.append(r)
+        total += r + 1
+    if not idxs:
+        return None
+    kind, width = BASE_NONE, 0
+    indptr = indices = coo_rows = _frozen(np.zeros(1, dtype=np.int32))
+    data = _frozen(np.zeros(0, dtype=fm.dtype))
+    binary = False
+    if base is not None:
+        indptr, indices, data = _csr_arrays(base)
+        binary = bool(np.all(data == 1))
+        width = int(base.shape[1])
+        nnz = int(indptr[-1])
+        if nnz == n and np.array_equal(indptr, np.arange(n + 1)):
+            kind = BASE_ONE
+        elif nnz < _COO_MAX_ENTRIES_PER_ROW * n:
+            kind = BASE_COO
+            coo_rows = np.repeat(np.arange(n, dtype=indptr.dtype), np.diff(indptr))
+            coo_rows = _frozen(coo_rows)
+        else:
+            kind = BASE_CSR
+    return ProductPlan(
+        n_rows=n,
+        n_cols=m,
+        dense=dense,
+        dense_cols=dense_cols,
+        kind=kind,
+        indptr=indptr,
+        rows=coo_rows,
+        indices=indices,
+        data=data,
+        binary=binary,
+        sparse_cols=base_cols,
+        sparse_width=width,
+        idxs=tuple(idxs),
+        offsets=_frozen(np.asarray(offsets, dtype=np.int64)),
+        pads=_frozen(np.asarray(pads, dtype=np.int64)),
+        total=total,
+        groups=tuple(groups),
+        no_dense=_frozen(np.zeros((n, 0), dtype=fm.dtype)),
+    )

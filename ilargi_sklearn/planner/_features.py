@@ -27,7 +27,7 @@ import scipy.sparse as sp
 from ilargi_sklearn._backend._plan import DEVICES, PLANS, STRATEGIES, Plan
 
 # Above this many features, sparse least squares use LSQR: the estimator's own rule.
-from ilargi_sklearn.linear_model._linear import _MAX_DENSE_GRAM_FEATURES
+from ilargi_sklearn.linear_model._least_squares import _MAX_DENSE_GRAM_FEATURES
 
 __all__ = [
     "COMPONENTS",

@@ -371,8 +371,12 @@ def _raw_sums(
     lineage = _stats_cache.lineage_of(op) if _STATS.max_bytes > 0 else None
     if lineage is None:
         design = _Design(op, choose_shift(op))
+        y_shift = None if Y is None else choose_target_shift(Y)
+        # A shifted target needs the column sums even without an intercept:
+        # T^T S Y = T^T S Y~ + (T^T s) c_y^T.
+        col_sums = col_sums or (y_shift is not None and bool(np.any(y_shift)))
         xs = _x_sums(op, sample_weight, gram, col_sums=col_sums, design=design)
-        ys = None if Y is None else _y_sums(op, sample_weight, Y, design)
+        ys = None if Y is None else _y_sums(op, sample_weight, Y, design, y_shift)
         return xs, ys
     w_key = _stats_cache.UNIT if sample_weight is None else digest(sample_weight)
     xs = _cached_x_sums(op, lineage, sample_weight, w_key, gram)
@@ -725,7 +729,7 @@ def _downdating_error(sums: _XSums, noise: np.ndarray) -> float:
     The centered gram is the smallest one a solver sees (the uncentered one adds
     ``s_sum mu mu^T``, positive semi-definite), so its bound covers both. The
     bound is that of the equilibrated gram (unit diagonal), which the solvers
-    factor (``linear_model._linear._psd_solver``): columns of very different
+    factor (``linear_model._least_squares._psd_solver``): columns of very different
     scales do not make it pessimistic.
     """
     mu = sums.col_sums / sums.sw_sum
@@ -807,7 +811,8 @@ class FoldStatistics:
             sw_train = _take(self.sample_weight, train_d, xp)
             # Computed directly, with all rows' pilots: the training and test
             # rows' figures are then of one shifted design (the test error's
-            # offset is a difference of their shifted means, _cv._path_mse).
+            # offset is a difference of their shifted means, _path_mse of
+            # linear_model._coordinate_descent_cv).
             design = _Design(train_op, self._design_shift)
             Y_train = xp.take(self.Y, train_d, axis=0)
             train_sums = (
