@@ -315,7 +315,7 @@ def test_elastic_net_cv_agrees_with_sklearn(l1_ratio, layout, ratio):
     else:
         est = FactorizedElasticNetCV(l1_ratio=l1_ratio, **kw).fit(ds, y)
         ref = ElasticNetCV(l1_ratio=l1_ratio, **kw).fit(Tc, y)
-    # As the well-scaled paths compare (tests/test_linear_cv.py): the grid to
+    # As the well-scaled paths compare (tests/linear_model/test_linear_cv.py): the grid to
     # the solvers' precision, the warm-started path to the iterations'.
     assert_close(est.alphas_, ref.alphas_, kind="solver")
     assert est.alpha_ == pytest.approx(ref.alpha_, rel=1e-10)
