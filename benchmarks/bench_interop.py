@@ -132,7 +132,7 @@ def csv_cases(path: str, quoted: bool) -> dict[str, Callable[[], Any]]:
     import pandas as pd
     import pyarrow.csv as pcsv
 
-    from ilargi_sklearn.multisource._interop import read_table
+    from ilargi_sklearn.datasets._io import read_table
 
     if quoted:
         return {

@@ -1,4 +1,4 @@
-"""The cost of the pilot shift of the centered statistics (``utils/_stats.py``).
+"""The cost of the pilot shift of the centered statistics (``multisource/_statistics.py``).
 
 Columns whose mean is large against their spread are shifted by a pilot value
 inside the factorized terms before any sum is formed: copies of those columns and
@@ -96,8 +96,8 @@ def main() -> None:
 
     from ilargi_sklearn.linear_model import FactorizedLinearRegression
     from ilargi_sklearn.multisource import set_statistics_cache
+    from ilargi_sklearn.multisource._statistics import centered_gram, choose_shift
     from ilargi_sklearn.preprocessing import FactorizedStandardScaler
-    from ilargi_sklearn.utils._stats import centered_gram, choose_shift
     from ilargi_sklearn.utils._validation import validate_X
 
     set_statistics_cache(0)  # every call computes

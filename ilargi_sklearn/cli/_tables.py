@@ -87,7 +87,7 @@ def _read_table(spec: Any, name: str, columns: list[str]) -> Any:
             "paths are relative to the spec file).",
             *key,
         )
-    from ilargi_sklearn.multisource._interop import (
+    from ilargi_sklearn.datasets._io import (
         MalformedRowError,
         MissingColumnsError,
         read_table,

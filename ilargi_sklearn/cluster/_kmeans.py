@@ -69,7 +69,7 @@ from ilargi_sklearn._backend._namespace import (
 from ilargi_sklearn._backend._ops import sum_axis0
 from ilargi_sklearn.cluster._lloyd_fused import fused_lloyd_plan
 from ilargi_sklearn.multisource import AffineOperator, FactorizedMatrix, MatrixOperator
-from ilargi_sklearn.utils._stats import column_variances
+from ilargi_sklearn.multisource._statistics import column_variances
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     Caller,
@@ -93,7 +93,7 @@ def _tolerance(op, tol):
 
     The variances come from the column sums and the column sums of squares, so the
     data are never centered explicitly; columns of large mean are shifted by a
-    pilot value first (:func:`~ilargi_sklearn.utils._stats.column_variances`), so
+    pilot value first (:func:`~ilargi_sklearn.multisource._statistics.column_variances`), so
     that their variances do not cancel.
     """
     if tol == 0:

@@ -2,7 +2,7 @@
 
 scikit-learn's ``PCA(svd_solver="covariance_eigh")`` forms ``X^T X``, subtracts
 ``n mu mu^T`` and takes the eigendecomposition of the result over ``n - 1``. The
-gram and the means are exactly what :func:`~ilargi_sklearn.utils._stats.centered_gram`
+gram and the means are exactly what :func:`~ilargi_sklearn.multisource._statistics.centered_gram`
 computes through the operator protocol, so the fit reads the data once, never
 centers it (sparsity and the factorization survive) and ends in a
 (n_features, n_features) eigenproblem on the host. ``transform`` is
@@ -50,7 +50,7 @@ from ilargi_sklearn.decomposition._svd import (
     _total_variance,
 )
 from ilargi_sklearn.multisource import AffineOperator
-from ilargi_sklearn.utils._stats import (
+from ilargi_sklearn.multisource._statistics import (
     centered_gram,
     choose_shift,
     host64,
@@ -67,14 +67,15 @@ __all__ = ["FactorizedPCA"]
 
 
 # --------------------------------------------------------------------------- kernels
-def _covariance_eigh(op):
+def _covariance_eigh(op, lineage=None):
     """The spectrum of the sample covariance of ``T``, largest first.
 
     scikit-learn's ``covariance_eigh`` steps on the centered gram of
     :func:`centered_gram` (float64 on the host): ``C = G / (n - 1)``, NumPy's
     ``eigh``, eigenvalues reversed and clipped at zero, singular values
     ``sqrt(lambda (n - 1))``, and the sign of each eigenvector fixed by its
-    largest entry (``svd_flip(None, V^T, u_based_decision=False)``).
+    largest entry (``svd_flip(None, V^T, u_based_decision=False)``). The gram is
+    shared on ``op``'s ``lineage`` where it is given (a search's candidates).
 
     Returns
     -------
@@ -85,7 +86,7 @@ def _covariance_eigh(op):
         Eigenvectors as rows.
     """
     n_samples = op.n_rows
-    stats = centered_gram(op, None, True)
+    stats = centered_gram(op, None, True, lineage=lineage)
     eigvals, eigvecs = np.linalg.eigh(stats.G / (n_samples - 1))
     eigvals = np.maximum(eigvals[::-1], 0.0)
     _, Vt = _svd_flip(np, None, np.ascontiguousarray(eigvecs[:, ::-1].T), False)
@@ -111,7 +112,7 @@ def _truncated_svd_centered(op, n_components, solver, random_state, **params):
     total_var : float
     """
     # The design with its columns of large mean shifted (T = W + 1 k^T): centered,
-    # its products never form the large values (utils._stats.shifted_design).
+    # its products never form the large values (multisource._statistics.shifted_design).
     W, k = shifted_design(op, choose_shift(op))
     mean_w = host64(W.col_sums()) / op.n_rows
     mean = k + mean_w
@@ -147,7 +148,7 @@ def _n_kept(n_components, explained_variance, ratio, n_samples):
 
 def _shifted_rows(op, mean):
     """``(W, m)`` with ``T - 1 mean^T = W - 1 m^T``: ``W`` the design with its
-    columns of large mean shifted (:func:`~ilargi_sklearn.utils._stats.shifted_design`),
+    columns of large mean shifted (:func:`~ilargi_sklearn.multisource._statistics.shifted_design`),
     so that centering its rows subtracts small values, not large ones.
 
     ``mean`` lives where ``op`` does; so does ``m``.
@@ -433,7 +434,14 @@ class FactorizedPCA(
     def _fit(self, X):
         """Fit; returns the operator and, for the truncated solvers, ``U`` (which
         ``fit_transform`` scales, as scikit-learn's does)."""
-        op = validate_X(self, X, reset=True, strategy=self.strategy, device=self.device)
+        op, lineage = validate_X(
+            self,
+            X,
+            reset=True,
+            strategy=self.strategy,
+            device=self.device,
+            return_lineage=True,
+        )
         xp = op.xp
         n_samples, n_features = op.shape
         name = type(self).__name__
@@ -446,7 +454,7 @@ class FactorizedPCA(
         n_components = self._check_n_components(n_samples, n_features)
         U = None
         if self.svd_solver == "covariance_eigh":
-            mean, ev, S, Vt = _covariance_eigh(op)
+            mean, ev, S, Vt = _covariance_eigh(op, lineage)
             ratio = ev / ev.sum()
             k = _n_kept(n_components, ev, ratio, n_samples)
             noise = float(np.mean(ev[k:])) if k < min(n_features, n_samples) else 0.0

@@ -27,7 +27,7 @@ from ilargi_sklearn._backend._namespace import (
     to_numpy,
 )
 from ilargi_sklearn._backend._plan import UnsupportedOnDeviceError
-from ilargi_sklearn.utils._stats import column_variances
+from ilargi_sklearn.multisource._statistics import column_variances
 
 
 def _svd_plan(op, n_components, n_oversamples, n_iter="auto"):
@@ -190,7 +190,7 @@ def _randomized_svd(
 def _total_variance(op, ddof=0):
     """``sum_j var(T[:, j])`` from the factorized column sums and sums of squares
     (float64) of the design with its columns of large mean shifted by a pilot
-    value (:func:`~ilargi_sklearn.utils._stats.column_variances`), so that no
+    value (:func:`~ilargi_sklearn.multisource._statistics.column_variances`), so that no
     column's variance cancels: ``sum_j (s2_j - n m_j^2) / (n - ddof)``."""
     n = op.n_rows
     _, var = column_variances(op)

@@ -937,7 +937,7 @@ def dask_dataset(
     array([14., 50.,  2.])
     """
     from ilargi_sklearn.multisource import MultiSourceDataset
-    from ilargi_sklearn.multisource._multi_source import (
+    from ilargi_sklearn.multisource._matrices import (
         _check_dtype,
         _check_source_names,
     )
@@ -1063,3 +1063,30 @@ def dask_dataset(
         raise ValueError(f"source {names[base_k]!r} holds NaN or infinity.")
     logger.info("Dask dataset: %r", op)
     return MultiSourceDataset(op, feature_names, names, base_source=base_k)
+
+
+def from_matrices_on_dask(
+    cls: type,
+    sources: Sequence[Any],
+    indicators: Sequence[Any],
+    mappings: Any,
+    feature_names: Any,
+    *,
+    source_names: Any,
+    priority: Any,
+    dtype: Any,
+    allow_nan: bool,
+) -> Any:
+    """A Dask source in ``MultiSourceDataset.from_matrices`` (the Dask source
+    kind): the Dask-backed dataset of the same data."""
+    if allow_nan:
+        raise TypeError("allow_nan=True is not supported for Dask sources.")
+    if mappings is not None or priority is not None:
+        raise TypeError(
+            "a Dask source needs a Dask-backed dataset, which takes the sources' "
+            "columns in order: build it with ilargi_sklearn.distributed.dask_dataset "
+            "(without mappings and priority)."
+        )
+    return dask_dataset(
+        sources, indicators, feature_names, source_names=source_names, dtype=dtype
+    )

@@ -26,7 +26,10 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ilargi_sklearn._backend import _launcher
+from ilargi_sklearn._backend._launcher import CompiledUnavailable, numba_available
 from ilargi_sklearn._backend._namespace import to_numpy
+from ilargi_sklearn.ensemble import _trees_numba  # noqa: F401 (the kernels)
 
 __all__ = [
     "ALMOST_INF",
@@ -471,6 +474,28 @@ class BinMapper:
 
     def _bin_column(self, col: np.ndarray, f: int, out: np.ndarray) -> None:
         """Bins of ``col`` into ``out``, in blocks of rows (bounded temporaries)."""
+        if (
+            not self.is_categorical_[f]
+            and col.dtype == np.float64
+            and numba_available()
+        ):
+            # A binary search per value, compiled: NumPy's searchsorted on
+            # unsorted values costs several times more per value.
+            n = col.shape[0]
+            threads = _launcher.n_threads()
+            n_chunks = _launcher.chunks(
+                n, _launcher.MIN_CHUNK_ROWS["tree_bin"], threads
+            )
+            # The kernel's table: the thresholds (at most 254) padded with +inf.
+            padded = np.full(256, np.inf)
+            t = self.bin_thresholds_[f]
+            padded[: t.shape[0]] = t
+            head = (col, padded, self.missing_values_bin_idx_, out)
+            try:
+                _launcher.launch("tree_bin", head, n, max(n_chunks, 1), threads)
+                return
+            except CompiledUnavailable:
+                pass
         step = 1 << 16
         for start in range(0, col.shape[0], step):
             sl = slice(start, start + step)

@@ -14,6 +14,8 @@ from heapq import heappop, heappush
 
 import numpy as np
 
+from ilargi_sklearn._backend import _launcher
+from ilargi_sklearn._backend._launcher import CompiledUnavailable
 from ilargi_sklearn.ensemble._histogram import HistogramBuilder
 from ilargi_sklearn.ensemble._predictor import PREDICTOR_RECORD_DTYPE, TreePredictor
 from ilargi_sklearn.ensemble._splitting import Splitter
@@ -56,7 +58,9 @@ class TreeGrower:
 
     ``hessians`` of shape ``(1,)`` means constant hessians (the histograms then
     count rows instead of summing hessians). ``histogram_builder`` is shared by
-    the trees of a fit (it holds the accumulators of the grouped builds).
+    the trees of a fit (it holds the rows of the nodes and the accumulators of
+    the grouped builds). The grower reorders ``gradients`` and ``hessians`` in
+    place with the partition of the rows (no copy): they are this tree's.
     """
 
     def __init__(
@@ -95,6 +99,7 @@ class TreeGrower:
         self.hessians = None if self.hessians_are_constant else hessians
         self.hessian_constant = float(hessians[0]) if hessians.shape[0] else 1.0
         self.histogram_builder = histogram_builder
+        histogram_builder.start_tree(gradients, self.hessians)
         self.splitter = Splitter(
             data,
             n_bins_non_missing,
@@ -109,7 +114,7 @@ class TreeGrower:
             hessians_are_constant=self.hessians_are_constant,
             feature_fraction_per_split=feature_fraction_per_split,
             rng=rng,
-            row_buffers=histogram_builder.row_buffers(),
+            rows=histogram_builder,
         )
         self.data = data
         self.max_leaf_nodes = max_leaf_nodes
@@ -127,8 +132,7 @@ class TreeGrower:
         self._initialize_root()
 
     def _histograms(self, node: TreeNode) -> np.ndarray:
-        rows = self.splitter.partition[node.partition_start : node.partition_stop]
-        return self.histogram_builder.build(rows, self.gradients, self.hessians)
+        return self.histogram_builder.build(node.partition_start, node.partition_stop)
 
     def _initialize_root(self):
         n_samples = self.data.n_rows
@@ -278,6 +282,23 @@ class TreeGrower:
     def _finalize_leaf(self, node):
         node.is_leaf = True
         self.finalized_leaves.append(node)
+
+    def add_leaf_values(self, out: np.ndarray) -> None:
+        """Add each leaf's value to ``out`` (n_rows,) at the rows of the leaf:
+        the tree's prediction on its training rows, read off the partition."""
+        leaves = self.finalized_leaves
+        partition = self.splitter.partition
+        if self.histogram_builder.compiled:
+            starts = np.fromiter((lf.partition_start for lf in leaves), np.int64)
+            stops = np.fromiter((lf.partition_stop for lf in leaves), np.int64)
+            values = np.fromiter((lf.value for lf in leaves), np.float64)
+            try:
+                _launcher.call("tree_leaf_add", partition, starts, stops, values, out)
+                return
+            except CompiledUnavailable:
+                pass
+        for leaf in leaves:
+            out[partition[leaf.partition_start : leaf.partition_stop]] += leaf.value
 
     def make_predictor(self, binning_thresholds):
         nodes = np.zeros(self.n_nodes, dtype=PREDICTOR_RECORD_DTYPE)

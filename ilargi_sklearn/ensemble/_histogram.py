@@ -1,4 +1,5 @@
-"""Histograms of a tree node, per source: grouped or row-wise, chosen by cost.
+"""Histograms of a tree node, per source: grouped or row-wise, chosen by cost; the
+rows of the nodes and their partition.
 
 For the tree features of group ``g`` (a binned source and its index vector), the
 histogram of a node is ``H[f, b] = sum_{i in node} g_i [bins(idx[i], f) = b]``. The
@@ -11,32 +12,47 @@ node and per group (:func:`choose_modes`); the larger child of a split is the
 parent's histogram minus the smaller child's (the subtraction trick, in the
 grower).
 
+The rows of a tree's nodes are positions in arrays kept in the order of the
+partition (:class:`HistogramBuilder`): the target row, the source row of each
+indexed group, the gradient and the hessian. A split moves them all (a stable
+partition, :meth:`HistogramBuilder.split`), so a node's rows are one contiguous
+range of each and every histogram pass reads them sequentially: gathering a deep
+node's scattered rows from the ``n``-length index vectors and gradients instead
+costs a cache miss per row and array.
+
 :func:`build_histograms` is the reference (NumPy ``bincount``); the compiled kernel
 (:mod:`._trees_numba`) computes the same sums in one pass over the node's rows.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ilargi_sklearn._backend import _launcher
 from ilargi_sklearn._backend._launcher import CompiledUnavailable, numba_available
 from ilargi_sklearn.ensemble._binning import ROW_DTYPE, BinnedData
-from ilargi_sklearn.ensemble._trees_numba import GROUPED, ROWWISE
+from ilargi_sklearn.ensemble._trees_numba import GROUPED, GROUPED_DENSE, ROWWISE
 
 __all__ = ["HistogramBuilder", "build_histograms", "choose_modes"]
 
-#: Cost of summing one node row into a source row's accumulators, and of one
-#: distinct source row's bookkeeping, in units of one bin read-and-add (measured
-#: with the compiled kernel: benchmarks/README.md, "Trees over joins").
-_SCATTER_COST = 1.5
-_TOUCH_COST = 2.0
+#: Costs of the grouped builds in units of one bin read-and-add of the row-wise
+#: build (measured with the compiled kernel on a 1,000,000-row star, two
+#: dimensions of 50,000 rows: benchmarks/README.md, "Trees over joins"): summing
+#: a node row into its source row's accumulators; listing it besides (mode 1);
+#: reading a listed source row's sums and bins (in the order met: cache misses);
+#: sweeping one source row (mode 2: in order, absent ones included).
+_SCATTER_COST = 1.1
+_LIST_COST = 0.7
+_LISTED_ROW_COST = 6.0
+_SWEEP_COST = 0.5
 
 
 def choose_modes(
     data: BinnedData, n_node: int, distinct: np.ndarray, widths: np.ndarray
 ) -> np.ndarray:
-    """Per group, the cheaper build for a node of ``n_node`` rows.
+    """Per group, the cheapest build for a node of ``n_node`` rows.
 
     ``distinct[g]`` is the number of distinct source rows of group ``g`` among
     the training rows; in a node of ``n_node`` rows drawn from them the expected
@@ -45,39 +61,48 @@ def choose_modes(
     """
     modes = np.full(data.n_groups, ROWWISE, dtype=np.int64)
     for g in range(data.n_groups):
-        if data.idx[g].shape[0] == 0 or widths[g] <= 1:
+        c = float(widths[g])
+        if data.idx[g].shape[0] == 0 or c <= 1:
             continue
         d = max(float(distinct[g]), 1.0)
-        u = d * -np.expm1(n_node * np.log1p(-1.0 / d)) if d > 1 else 1.0
+        u = d * -math.expm1(n_node * math.log1p(-1.0 / d)) if d > 1 else 1.0
         u = min(u, float(n_node))
-        grouped = n_node * _SCATTER_COST + u * (widths[g] + _TOUCH_COST)
-        if grouped < n_node * widths[g]:
-            modes[g] = GROUPED
+        m = float(data.bins[g].shape[0])
+        costs = (
+            n_node * c,
+            n_node * (_SCATTER_COST + _LIST_COST) + u * (c + _LISTED_ROW_COST),
+            n_node * _SCATTER_COST + m * (c + _SWEEP_COST),
+        )
+        modes[g] = (ROWWISE, GROUPED, GROUPED_DENSE)[costs.index(min(costs))]
     return modes
 
 
 def build_histograms(
     data: BinnedData,
-    rows: np.ndarray,
+    sources: list[np.ndarray],
     gradients: np.ndarray,
     hessians: np.ndarray | None,
     modes: np.ndarray,
     n_bins: int,
 ) -> np.ndarray:
-    """The node's histograms (NumPy reference): float64 ``(n_features, n_bins, 3)``
-    of summed gradients, hessians (zero when ``hessians`` is None: constant) and
-    counts, built per group in ``modes`` (row-wise or grouped)."""
+    """The histograms of a node (NumPy reference).
+
+    ``sources[g]`` holds the row of ``data.bins[g]`` of each of the node's rows
+    (``data.rows_of(g, rows)`` for target rows ``rows``); ``gradients`` and
+    ``hessians`` (None: constant) are the node's, one per row. Returns float64
+    ``(n_features, n_bins, 3)``: summed gradients, hessians (zero when
+    constant) and counts, built per group in ``modes`` (row-wise or grouped)."""
     F = data.feature_group.shape[0]
     hist = np.zeros((F, n_bins, 3))
-    g = gradients[rows].astype(np.float64)
-    h = None if hessians is None else hessians[rows].astype(np.float64)
+    g = np.asarray(gradients, dtype=np.float64)
+    h = None if hessians is None else np.asarray(hessians, dtype=np.float64)
     for grp in range(data.n_groups):
         feats = data.group_features(grp)
         if feats.shape[0] == 0:
             continue
         B = data.bins[grp]
-        src = data.rows_of(grp, rows)
-        if modes[grp] == GROUPED:
+        src = sources[grp]
+        if modes[grp] != ROWWISE:
             m = B.shape[0]
             cnt = np.bincount(src, minlength=m).astype(np.float64)
             touched = np.flatnonzero(cnt)
@@ -98,11 +123,46 @@ def build_histograms(
     return hist
 
 
-class HistogramBuilder:
-    """Builds node histograms over one fit's binned data, compiled where it can.
+def split_rows(
+    carried: tuple,
+    keys: np.ndarray,
+    bins_col: np.ndarray,
+    threshold: int,
+    missing_left: bool,
+    missing_bin: int,
+    bitset: np.ndarray | None,
+) -> int:
+    """Stable partition of the node's ``carried`` arrays (NumPy reference).
 
-    Holds the per-thread accumulators of the grouped builds (zero between calls)
-    and the number of distinct source rows per group among the training rows.
+    ``keys`` are the node's rows of ``bins_col`` (the split feature's binned
+    column); ``bitset`` the bins that go left at a categorical split (None:
+    numeric, bins up to ``threshold`` and, when ``missing_left``, the missing
+    bin go left). Returns the number of left rows."""
+    b = bins_col[keys]
+    if bitset is not None:
+        bb = b.astype(np.uint32)
+        left = ((bitset[bb >> 5] >> (bb & 31)) & 1).astype(bool)
+    else:
+        left = b <= threshold
+        if missing_left:
+            left |= b == missing_bin
+    for a in carried:
+        a[:] = np.concatenate([a[left], a[~left]])
+    return int(left.sum())
+
+
+class HistogramBuilder:
+    """The rows of one fit's tree nodes: their histograms and their partition.
+
+    Holds, in the order of the partition, the target row of each position
+    (:attr:`partition`, all rows in order at :meth:`start_tree`) and its row of
+    every indexed group, the accumulators of the grouped builds (zero between
+    calls) and the number of distinct source rows per group among the training
+    rows. The trees of a fit share it, one at a time: between
+    :meth:`start_tree` and :meth:`end_tree` the index vectors of ``data`` are
+    reordered in place with the partition (the builder's keys are those arrays,
+    not copies: ``n`` int32 a dimension less memory), so nothing else may read
+    ``data`` during a tree.
     """
 
     def __init__(self, data: BinnedData, n_bins: int) -> None:
@@ -110,10 +170,12 @@ class HistogramBuilder:
         self.n_bins = int(n_bins)
         self.widths = np.asarray([b.shape[1] for b in data.bins], dtype=np.int64)
         self.distinct = np.zeros(data.n_groups)
+        n = data.n_rows
+        indexed = [g for g in range(data.n_groups) if data.idx[g].shape[0]]
         for g in range(data.n_groups):
             ix = data.idx[g]
             if ix.shape[0] == 0:
-                self.distinct[g] = data.n_rows
+                self.distinct[g] = n
             else:
                 seen = np.zeros(data.bins[g].shape[0], dtype=bool)
                 seen[ix] = True
@@ -121,88 +183,200 @@ class HistogramBuilder:
         self.fmaps = tuple(
             data.group_features(g).astype(np.int64) for g in range(data.n_groups)
         )
-        self._row_buffers: tuple | None = None
+        # Key 0: the target row (the partition); key k: the row of the k-th
+        # indexed group, its index vector itself, permuted in place during a
+        # tree and put back in target order after it (end_tree): no copy of
+        # the n-length index vectors. Identity groups read their bins through
+        # key 0.
+        self.key_of = np.zeros(data.n_groups, dtype=np.int64)
+        keys = [np.empty(n, dtype=ROW_DTYPE)]
+        for k, g in enumerate(indexed, start=1):
+            self.key_of[g] = k
+            ix = data.idx[g]
+            if not (
+                ix.dtype == ROW_DTYPE and ix.flags.c_contiguous and ix.flags.writeable
+            ):
+                ix = np.ascontiguousarray(ix, dtype=ROW_DTYPE).copy()
+            keys.append(ix)
+        self.keys = tuple(keys)
+        self._buffer = np.empty(n, dtype=ROW_DTYPE)
+        self._mask = np.empty(n, dtype=np.uint8)
+        self._bins = _launcher.uniform_tuple(data.bins)
+        self._n_threads = 1
+        self.gradients = np.zeros(0, dtype=np.float32)
+        self.hessians = np.zeros(0, dtype=np.float32)
         self._accs: tuple | None = None
         self._touched: tuple | None = None
         self._threads = 0
+        self.compiled = numba_available()
+
+    @property
+    def partition(self) -> np.ndarray:
+        """The target row at each position of the partition."""
+        return self.keys[0]
+
+    def start_tree(self, gradients: np.ndarray, hessians: np.ndarray | None) -> None:
+        """All rows in one node (in target-row order) with these gradients and
+        hessians (None: constant).
+
+        They are not copied: the partition reorders them in place, so they are
+        the tree's own (the fit computes them anew for every tree). The index
+        vectors are reordered with them until :meth:`end_tree`."""
+        partition = self.keys[0]
+        partition[:1] = 0
+        partition[1:] = 1
+        np.cumsum(partition, out=partition)
+        if gradients.dtype != np.float32 or not gradients.flags.c_contiguous:
+            raise ValueError("the trees take C-contiguous float32 gradients.")
+        self.gradients = gradients
+        self.hessians = np.zeros(0, dtype=np.float32) if hessians is None else hessians
+        # Read once per tree, not per node (thousands of them): the environment
+        # switch and the thread limits a tree's kernels run under.
+        self.compiled = numba_available()
+        self._n_threads = _launcher.n_threads() if self.compiled else 1
+
+    def end_tree(self) -> None:
+        """Put the index vectors back in target-row order (after a tree's
+        partition has been read: the leaves' rows)."""
+        partition = self.keys[0]
+        indexed = self.keys[1:]
+        if not indexed:
+            return
+        if self.compiled:
+            try:
+                _launcher.call("tree_unpartition", indexed, partition, self._buffer)
+                return
+            except CompiledUnavailable:
+                self.compiled = False
+        for ix in indexed:
+            self._buffer[partition] = ix
+            ix[:] = self._buffer
+
+    def _carried(self) -> tuple:
+        """The arrays a split moves, as one homogeneous tuple of int32 arrays
+        (the gradients' and hessians' bits: a partition only moves them)."""
+        arrays = list(self.keys)
+        arrays.append(self.gradients.view(ROW_DTYPE))
+        if self.hessians.shape[0]:
+            arrays.append(self.hessians.view(ROW_DTYPE))
+        return tuple(arrays)
 
     def _buffers(self, threads: int) -> tuple[tuple, tuple]:
         if self._accs is None or self._threads < threads:
             accs, touched = [], []
             for g in range(self.data.n_groups):
-                if self.data.idx[g].shape[0] == 0 or self.widths[g] <= 1:
+                # Every indexed group gets accumulators (the kernel trusts its
+                # modes: a grouped build without them would write out of bounds).
+                if self.data.idx[g].shape[0] == 0:
                     accs.append(np.zeros((threads, 1, 3)))
                     touched.append(np.zeros((threads, 1), dtype=np.int64))
                 else:
                     m = self.data.bins[g].shape[0]
                     accs.append(np.zeros((threads, m, 3)))
-                    touched.append(np.zeros((threads, m), dtype=np.int64))
+                    # One more than the source rows: the list's end is written
+                    # at every node row, also once all rows are listed.
+                    touched.append(np.zeros((threads, m + 1), dtype=np.int64))
             self._accs = _launcher.uniform_tuple(accs)
             self._touched = _launcher.uniform_tuple(touched)
             self._threads = threads
         return self._accs, self._touched
 
-    def row_buffers(self) -> tuple[np.ndarray, np.ndarray]:
-        """The partition of the rows and its scratch space, shared by the trees
-        of a fit (a tree's partition is read before the next tree grows)."""
-        if self._row_buffers is None:
-            n = self.data.n_rows
-            self._row_buffers = (
-                np.empty(n, dtype=ROW_DTYPE),
-                np.empty(n, dtype=ROW_DTYPE),
-            )
-        return self._row_buffers
-
     def modes(self, n_node: int) -> np.ndarray:
         return choose_modes(self.data, n_node, self.distinct, self.widths)
 
-    def build(
-        self,
-        rows: np.ndarray,
-        gradients: np.ndarray,
-        hessians: np.ndarray | None,
-    ) -> np.ndarray:
-        """Histograms of the node with target rows ``rows``."""
-        modes = self.modes(rows.shape[0])
-        if numba_available():
+    def build(self, start: int, stop: int) -> np.ndarray:
+        """Histograms of the node at positions ``[start, stop)``."""
+        modes = self.modes(stop - start)
+        if self.compiled:
             try:
-                return self._build_compiled(rows, gradients, hessians, modes)
+                return self._build_compiled(start, stop, modes)
             except CompiledUnavailable:
-                pass
+                self.compiled = False
+        h = self.hessians[start:stop] if self.hessians.shape[0] else None
         return build_histograms(
-            self.data, rows, gradients, hessians, modes, self.n_bins
+            self.data,
+            [self.keys[k][start:stop] for k in self.key_of],
+            self.gradients[start:stop],
+            h,
+            modes,
+            self.n_bins,
         )
 
-    def _build_compiled(self, rows, gradients, hessians, modes) -> np.ndarray:
-        n = rows.shape[0]
+    def _build_compiled(self, start, stop, modes) -> np.ndarray:
+        n = stop - start
         F = self.data.feature_group.shape[0]
-        threads = _launcher.n_threads()
+        threads = self._n_threads
         # Per-chunk histograms are zeroed and summed: a chunk pays from a few
         # times their size in rows.
         min_rows = max(_launcher.MIN_CHUNK_ROWS["tree_hist"], 4 * F * self.n_bins)
         n_chunks = _launcher.chunks(n, min_rows, threads, per_thread=1)
         accs, touched = self._buffers(max(n_chunks, 1))
         out = np.zeros((n_chunks, F, self.n_bins, 3))
-        # The node's gradients in its rows' order: every group's pass reads
-        # them sequentially (one random gather here instead of one per group).
-        g = np.take(gradients, rows)
-        h = (
-            np.zeros(0, dtype=np.float32)
-            if hessians is None
-            else np.take(hessians, rows)
-        )
         head = (
-            rows,
-            g,
-            h,
-            _launcher.uniform_tuple(self.data.bins),
-            _launcher.uniform_tuple(self.data.idx),
+            self.keys,
+            self.key_of,
+            self.gradients,
+            self.hessians,
+            self._bins,
             self.fmaps,
             self.data.n_groups,
             modes,
             accs,
             touched,
             out,
+            start,
         )
         _launcher.launch("tree_hist", head, n, n_chunks, threads)
         return out[0] if n_chunks == 1 else out.sum(axis=0)
+
+    def split(
+        self,
+        start: int,
+        stop: int,
+        feature: int,
+        threshold: int,
+        missing_left: bool,
+        missing_bin: int,
+        bitset: np.ndarray | None,
+    ) -> int:
+        """Partition the node at ``[start, stop)`` by tree feature ``feature``:
+        its rows that go left first (bins up to ``threshold``, or in ``bitset``
+        at a categorical split, and missing values when ``missing_left``);
+        returns their number."""
+        data = self.data
+        g = int(data.feature_group[feature])
+        col = int(data.feature_col[feature])
+        key = int(self.key_of[g])
+        carried = self._carried()
+        if self.compiled:
+            out = np.zeros(1, dtype=np.int64)
+            try:
+                _launcher.call(
+                    "tree_partition",
+                    carried,
+                    key,
+                    start,
+                    stop,
+                    data.bins[g],
+                    col,
+                    int(threshold),
+                    bool(missing_left),
+                    int(missing_bin),
+                    bitset is not None,
+                    np.zeros(8, dtype=np.uint32) if bitset is None else bitset,
+                    self._mask,
+                    self._buffer,
+                    out,
+                )
+                return int(out[0])
+            except CompiledUnavailable:
+                self.compiled = False
+        return split_rows(
+            tuple(a[start:stop] for a in carried),
+            self.keys[key][start:stop],
+            data.bins[g][:, col],
+            threshold,
+            missing_left,
+            missing_bin,
+            bitset,
+        )

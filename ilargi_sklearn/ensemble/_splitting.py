@@ -20,9 +20,10 @@ from math import ceil
 
 import numpy as np
 
+from ilargi_sklearn._backend import _launcher
 from ilargi_sklearn._backend._launcher import CompiledUnavailable, numba_available
-from ilargi_sklearn.ensemble import _trees_numba
-from ilargi_sklearn.ensemble._binning import ROW_DTYPE, BinnedData
+from ilargi_sklearn.ensemble import _trees_numba  # noqa: F401 (registers the kernels)
+from ilargi_sklearn.ensemble._binning import BinnedData
 
 __all__ = [
     "SplitInfo",
@@ -308,7 +309,7 @@ class Splitter:
         hessians_are_constant=False,
         feature_fraction_per_split=1.0,
         rng=None,
-        row_buffers=None,
+        rows=None,
     ):
         self.data = data
         self.n_bins_non_missing = np.asarray(n_bins_non_missing, dtype=np.int64)
@@ -324,17 +325,20 @@ class Splitter:
         self.feature_fraction_per_split = float(feature_fraction_per_split)
         self.rng = rng
         self.n_features = self.is_categorical.shape[0]
+        self._all_features = np.arange(self.n_features, dtype=np.int64)
+        self._numeric = np.flatnonzero(~self.is_categorical)
+        self._categorical = np.flatnonzero(self.is_categorical)
         # Read once per tree (the environment switch is read at every call of
         # numba_available: thousands of nodes).
         self.compiled = numba_available()
-        if row_buffers is None:
-            row_buffers = (
-                np.empty(data.n_rows, dtype=ROW_DTYPE),
-                np.empty(data.n_rows, dtype=ROW_DTYPE),
-            )
-        # The trees of a fit share these (one tree at a time uses them).
-        self.partition, self._buffer = row_buffers
-        self.partition[:] = np.arange(data.n_rows, dtype=ROW_DTYPE)
+        # The rows of the nodes (positions in the partition; a
+        # HistogramBuilder, shared by the trees of a fit).
+        self.rows = rows
+
+    @property
+    def partition(self) -> np.ndarray:
+        """The target row at each position: a node's rows are a range of it."""
+        return self.rows.partition
 
     def find_node_split(
         self,
@@ -351,22 +355,28 @@ class Splitter:
         # The features this node may split on, in scikit-learn's order (all, or
         # those of the interaction constraints that still apply).
         candidates = (
-            np.arange(F)
+            self._all_features
             if allowed_features is None
             else np.asarray(allowed_features, dtype=np.int64)
         )
-        n_allowed = candidates.shape[0]
-        sampled = np.ones(n_allowed, dtype=bool)
-        if self.feature_fraction_per_split < 1.0:
-            # The same draws as scikit-learn, in the same order (one shuffle per
-            # node evaluated).
-            n_sub = max(1, int(ceil(self.feature_fraction_per_split * n_allowed)))
-            mask = np.full(n_allowed, False)
-            mask[:n_sub] = True
-            self.rng.shuffle(mask)
-            sampled = mask
-        allowed = np.zeros(F, dtype=bool)
-        allowed[candidates[sampled]] = True
+        if allowed_features is None and self.feature_fraction_per_split >= 1.0:
+            # Every feature (most nodes): no masks to build.
+            numeric, categorical = self._numeric, self._categorical
+        else:
+            n_allowed = candidates.shape[0]
+            sampled = np.ones(n_allowed, dtype=bool)
+            if self.feature_fraction_per_split < 1.0:
+                # The same draws as scikit-learn, in the same order (one
+                # shuffle per node evaluated).
+                n_sub = max(1, int(ceil(self.feature_fraction_per_split * n_allowed)))
+                mask = np.full(n_allowed, False)
+                mask[:n_sub] = True
+                self.rng.shuffle(mask)
+                sampled = mask
+            allowed = np.zeros(F, dtype=bool)
+            allowed[candidates[sampled]] = True
+            numeric = np.flatnonzero(allowed & ~self.is_categorical)
+            categorical = np.flatnonzero(allowed & self.is_categorical)
         args = (
             float(n_samples),
             float(sum_gradients),
@@ -376,11 +386,10 @@ class Splitter:
             float(upper_bound),
         )
         gains = np.full(F, -1.0)
-        numeric = np.flatnonzero(allowed & ~self.is_categorical)
         res = self._scan(histograms, numeric, *args)
         gains[numeric] = res[:, 0]
         cat_res = {}
-        for f in np.flatnonzero(allowed & self.is_categorical):
+        for f in categorical:
             out = scan_categorical(
                 histograms[f],
                 self.n_bins_non_missing[f],
@@ -395,11 +404,9 @@ class Splitter:
             )
             gains[f] = out[0]
             cat_res[int(f)] = out
-        # scikit-learn's choice: the first feature of strictly greatest gain.
-        best = int(candidates[0])
-        for f in candidates[1:]:
-            if gains[f] > gains[best]:
-                best = int(f)
+        # scikit-learn's choice: the first feature of strictly greatest gain
+        # (argmax returns the first of the greatest).
+        best = int(candidates[np.argmax(gains[candidates])])
         l2 = self.l2_regularization
         if gains[best] <= 0:
             return SplitInfo(
@@ -460,13 +467,14 @@ class Splitter:
             self.min_gain_to_split,
             self.hessians_are_constant,
         )
+        feats = np.asarray(feats, dtype=np.int64)
         if self.compiled and feats.shape[0]:
             res = np.empty((feats.shape[0], 6))
             try:
-                _trees_numba.call(
+                _launcher.call(
                     "tree_scan",
                     hist,
-                    feats.astype(np.int64),
+                    feats,
                     n,
                     sg,
                     sh,
@@ -482,44 +490,14 @@ class Splitter:
         return scan_numeric(hist, feats, n, sg, sh, value, lower, upper, *common)
 
     def split_indices(self, split_info: SplitInfo, start: int, stop: int) -> int:
-        """Partition ``partition[start:stop]`` by the split (left rows first);
-        returns the position of the right child in it."""
-        rows = self.partition[start:stop]
-        f = split_info.feature_idx
-        g = int(self.data.feature_group[f])
-        col = int(self.data.feature_col[f])
-        bitset = (
-            split_info.left_cat_bitset
-            if split_info.is_categorical
-            else np.zeros(8, dtype=np.uint32)
+        """Partition the node at positions ``[start, stop)`` by the split (left
+        rows first); returns the position of the right child in it."""
+        return self.rows.split(
+            start,
+            stop,
+            split_info.feature_idx,
+            split_info.bin_idx,
+            split_info.missing_go_to_left,
+            self.missing_values_bin_idx,
+            split_info.left_cat_bitset if split_info.is_categorical else None,
         )
-        if self.compiled:
-            try:
-                out = np.zeros(1, dtype=np.int64)
-                _trees_numba.call(
-                    "tree_partition",
-                    rows,
-                    self.data.bins[g],
-                    self.data.idx[g],
-                    col,
-                    int(split_info.bin_idx),
-                    bool(split_info.missing_go_to_left),
-                    self.missing_values_bin_idx,
-                    bool(split_info.is_categorical),
-                    bitset,
-                    self._buffer,
-                    out,
-                )
-                return int(out[0])
-            except CompiledUnavailable:
-                pass
-        b = self.data.column(f, rows)
-        if split_info.is_categorical:
-            left = in_bitset(bitset, b)
-        else:
-            left = b <= split_info.bin_idx
-            if split_info.missing_go_to_left:
-                left |= b == self.missing_values_bin_idx
-        n_left = int(left.sum())
-        rows[:] = np.concatenate([rows[left], rows[~left]])
-        return n_left

@@ -1,15 +1,19 @@
 """Compiled (numba) kernels of the trees: histograms per source, split scans,
-partitions and binned prediction through the index vectors.
+partitions, binning and binned prediction through the index vectors.
 
 The NumPy reference of each lives beside the code that calls it
-(:mod:`._histogram`, :mod:`._splitting`, :mod:`._predictor`); these register with
-:mod:`.._backend._launcher`, which jits, threads and falls back, and are used only
-where :func:`~.._backend._launcher.numba_available`.
+(:mod:`._histogram`, :mod:`._splitting`, :mod:`._predictor`, :mod:`._binning`,
+:mod:`._grower`); these register with :mod:`.._backend._launcher`, which jits,
+threads and falls back, and are used only where
+:func:`~.._backend._launcher.numba_available`.
 
 A group is a binned source (``bins``, ``uint8``, one row per source row plus a row
-of missing bins) with its index vector (``idx``; empty for the identity) and the
-histogram rows of its columns (``fmap``). A histogram is float64 of shape
-``(n_features, n_bins, 3)``: summed gradients, hessians and counts per bin.
+of missing bins) with its index vector (empty for the identity) and the histogram
+rows of its columns (``fmap``). A histogram is float64 of shape
+``(n_features, n_bins, 3)``: summed gradients, hessians and counts per bin. The
+rows of a tree's nodes are positions in arrays kept in partition order (the
+"carried" arrays, :class:`._histogram.HistogramBuilder`): the target row, the
+source row of each indexed group, the gradients and hessians.
 """
 
 from __future__ import annotations
@@ -20,48 +24,60 @@ _u = _launcher.U
 
 __all__ = [
     "GROUPED",
+    "GROUPED_DENSE",
     "ROWWISE",
-    "call",
 ]
 
-#: Histogram modes of a group, per node (see :func:`._histogram.choose_modes`).
-ROWWISE, GROUPED = 0, 1
+#: Histogram modes of a group, per node (see :func:`._histogram.choose_modes`):
+#: row-wise, grouped with a list of the distinct source rows, grouped sweeping
+#: all source rows.
+ROWWISE, GROUPED, GROUPED_DENSE = 0, 1, 2
 
 
 def _hist_chunk(
-    rows,
+    carried,
+    key_of,
     gradients,
     hessians,
     bins,
-    idxs,
     fmaps,
     n_groups,
     modes,
     accs,
     touched,
     out,
+    offset,
     c,
     start,
     stop,
 ):
     # out (chunks, F, n_bins, 3); accs[g] (chunks, m_g, 3) zero on entry and on
-    # exit; touched[g] (chunks, m_g). ``gradients`` and ``hessians`` are the
-    # node's, in the order of ``rows`` (read sequentially by every group's
-    # pass, as scikit-learn's ordered gradients); hessians empty when constant.
+    # exit; touched[g] (chunks, m_g + 1). The node's rows are positions
+    # [offset + start, offset + stop) of the carried arrays: carried[key_of[g]]
+    # holds each row's row of bins[g], and ``gradients`` / ``hessians`` (empty
+    # when constant) its gradient and hessian, all in the order of the
+    # partition, so that every pass reads them sequentially.
     H = out[c]
     with_h = hessians.shape[0] > 0
+    first = offset + start
+    last = offset + stop
     hi = 0.0
     for grp in range(n_groups):
         B = bins[grp]
-        ix = idxs[grp]
+        keys = carried[key_of[grp]]
         fm = fmaps[grp]
         nf = fm.shape[0]
-        direct = ix.shape[0] == 0
-        if modes[grp] == 0:
-            # Row-wise: each node row reads its source row's bins.
-            for p in range(start, stop):
-                i = _u(rows[_u(p)])
-                j = i if direct else _u(ix[i])
+        if nf == 0:
+            continue
+        if (
+            modes[grp] == 0
+            or accs[grp].shape[1] < B.shape[0]
+            or touched[grp].shape[1] <= B.shape[0]
+        ):
+            # Row-wise: each node row reads its source row's bins (also where
+            # the group has no accumulators: the identity).
+            for p in range(first, last):
+                j = _u(keys[_u(p)])
                 gi = gradients[_u(p)]
                 Br = B[j]
                 if with_h:
@@ -78,35 +94,47 @@ def _hist_chunk(
                         b = _u(Br[k])
                         H[f, b, 0] += gi
                         H[f, b, 2] += 1.0
-        else:
-            # Grouped: sum per source row first (a touched list records the
-            # distinct rows), then read each distinct source row's bins once.
-            A = accs[grp][c]
-            T = touched[grp][c]
-            nt = 0
-            for p in range(start, stop):
-                j = _u(ix[_u(rows[_u(p)])])
-                if A[j, 2] == 0.0:
-                    T[nt] = j
-                    nt += 1
-                A[j, 0] += gradients[_u(p)]
-                if with_h:
-                    A[j, 1] += hessians[_u(p)]
-                A[j, 2] += 1.0
-            for q in range(nt):
-                j = _u(T[q])
-                a0 = A[j, 0]
-                a1 = A[j, 1]
-                a2 = A[j, 2]
-                A[j, 0] = 0.0
-                A[j, 1] = 0.0
-                A[j, 2] = 0.0
-                Br = B[j]
+            continue
+        # Grouped: sum per source row first, then read each distinct source
+        # row's bins once. Mode 1 lists the distinct rows (few of them); mode 2
+        # sweeps all source rows (most are present). Neither branches on the
+        # data: a row is listed by advancing the list's end when it was new, and
+        # the sweep adds the zero sums of absent rows (x + 0.0 is x).
+        A = accs[grp][c]
+        T = touched[grp][c]
+        listed = modes[grp] == 1
+        nt = _u(0)
+        for p in range(first, last):
+            j = _u(keys[_u(p)])
+            if listed:
+                T[nt] = j
+                nt += _u(A[j, 2] == 0.0)
+            A[j, 0] += gradients[_u(p)]
+            if with_h:
+                A[j, 1] += hessians[_u(p)]
+            A[j, 2] += 1.0
+        m = nt if listed else _u(A.shape[0])
+        for q in range(m):
+            j = _u(T[q]) if listed else _u(q)
+            a0 = A[j, 0]
+            a1 = A[j, 1]
+            a2 = A[j, 2]
+            A[j, 0] = 0.0
+            A[j, 1] = 0.0
+            A[j, 2] = 0.0
+            Br = B[j]
+            if with_h:
                 for k in range(nf):
                     f = _u(fm[k])
                     b = _u(Br[k])
                     H[f, b, 0] += a0
                     H[f, b, 1] += a1
+                    H[f, b, 2] += a2
+            else:
+                for k in range(nf):
+                    f = _u(fm[k])
+                    b = _u(Br[k])
+                    H[f, b, 0] += a0
                     H[f, b, 2] += a2
 
 
@@ -222,41 +250,87 @@ def _scan_numeric(
 
 
 def _partition(
-    rows,
+    carried,
+    key,
+    start,
+    stop,
     bins_g,
-    idx_g,
     col,
     threshold,
     missing_left,
     missing_bin,
     is_cat,
     bitset,
+    mask,
     buf,
     out,
 ):
-    # Stable partition of ``rows`` (in place): left rows first, in order, then
-    # the right ones (scikit-learn's order); the number of left rows to out[0].
-    n = rows.shape[0]
-    direct = idx_g.shape[0] == 0
+    # Stable partition of positions [start, stop) of every carried array (in
+    # place): left rows first, in order, then the right ones (scikit-learn's
+    # order); the number of left rows to out[0]. carried[key] holds each row's
+    # row of bins_g. The side of each row is computed once (mask), then every
+    # array moves without a branch on it (the sides of consecutive rows are
+    # as good as random: a branch would be mispredicted half the time).
+    keys = carried[key]
     nl = 0
-    nr = 0
-    for p in range(n):
-        i = rows[p]
-        j = i if direct else idx_g[i]
-        b = bins_g[j, col]
+    for p in range(start, stop):
+        b = bins_g[_u(keys[_u(p)]), col]
         if is_cat:
             left = (bitset[b >> 5] >> (b & 31)) & 1
         else:
             left = (missing_left and b == missing_bin) or b <= threshold
-        if left:
-            rows[nl] = i
-            nl += 1
-        else:
-            buf[nr] = i
-            nr += 1
-    for q in range(nr):
-        rows[nl + q] = buf[q]
+        mask[_u(p)] = left
+        nl += left
+    for a_idx in range(len(carried)):
+        a = carried[a_idx]
+        lo = _u(start)
+        nr = _u(0)
+        for p in range(start, stop):
+            v = a[_u(p)]
+            m = _u(mask[_u(p)])
+            a[lo] = v
+            buf[nr] = v
+            lo += m
+            nr += _u(1) - m
+        for q in range(nr):
+            a[lo + q] = buf[q]
     out[0] = nl
+
+
+def _unpartition(arrays, partition, buf):
+    # Each array back in target-row order: the value at position p belongs to
+    # row partition[p].
+    n = partition.shape[0]
+    for k in range(len(arrays)):
+        a = arrays[k]
+        for p in range(n):
+            buf[_u(partition[_u(p)])] = a[_u(p)]
+        for i in range(n):
+            a[_u(i)] = buf[_u(i)]
+
+
+def _add_leaf_values(partition, starts, stops, values, out):
+    # out[row] += value of its leaf, for the rows at positions [starts[k],
+    # stops[k]) of the partition.
+    for k in range(starts.shape[0]):
+        v = values[k]
+        for p in range(starts[k], stops[k]):
+            out[_u(partition[_u(p)])] += v
+
+
+def _bin_chunk(values, thresholds, missing_bin, out, c, start, stop):
+    # out[i]: the bin of values[i], the number of thresholds below it (NumPy's
+    # searchsorted, side="left"); NaN to the missing bin. ``thresholds`` is
+    # padded to 256 entries with +inf: a binary search of 8 fixed steps that
+    # select instead of branching, so that the searches of consecutive values
+    # overlap (a loop whose steps branch on the data runs several times
+    # slower).
+    for i in range(start, stop):
+        x = values[i]
+        base = 0
+        for half in (128, 64, 32, 16, 8, 4, 2, 1):
+            base += half * (thresholds[base + half - 1] < x)
+        out[i] = missing_bin if x != x else base
 
 
 def _predict_chunk(
@@ -303,33 +377,6 @@ _launcher.register("tree_hist", _hist_chunk, min_rows=32768)
 _launcher.register("tree_scan", _scan_numeric)
 _launcher.register("tree_partition", _partition)
 _launcher.register("tree_predict", _predict_chunk, min_rows=16384)
-
-
-#: Dispatchers of the per-node kernels once they ran (see :func:`call`).
-_ready: dict = {}
-
-
-def call(name, *args):
-    """``_launcher.call(name, *args)``, then the jitted kernel directly.
-
-    A tree calls its scan and partition kernels once or twice per node, thousands
-    of times a fit: the launcher's per-call bookkeeping (the compile-notice check)
-    cost as much as the kernels on small nodes. The first call goes through the
-    launcher (compilation or cache load, the notice, the fallback); later calls
-    go to the dispatcher, back through the launcher only if they fail (a new
-    signature that does not compile disables the compiled kernels there).
-    """
-    fn = _ready.get(name)
-    if fn is not None:
-        try:
-            fn(*args)
-            return
-        except Exception as exc:
-            # Only a signature that fails to compile (before the kernel ran)
-            # goes back through the launcher.
-            numba = _launcher._state["numba"]
-            if not numba or not isinstance(exc, numba.core.errors.NumbaError):
-                raise
-            _ready.pop(name, None)
-    _launcher.call(name, *args)
-    _ready[name] = _launcher._dispatcher(name)
+_launcher.register("tree_leaf_add", _add_leaf_values)
+_launcher.register("tree_unpartition", _unpartition)
+_launcher.register("tree_bin", _bin_chunk, min_rows=65536)

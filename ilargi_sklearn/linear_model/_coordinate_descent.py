@@ -24,7 +24,7 @@ from ilargi_sklearn.linear_model._base import (
 )
 from ilargi_sklearn.linear_model._cd_gram import RAND_R_MAX, enet_cd_gram
 from ilargi_sklearn.linear_model._least_squares import _drop_constant_columns
-from ilargi_sklearn.utils._stats import centered_gram
+from ilargi_sklearn.multisource._statistics import centered_gram
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     STRATEGIES,
@@ -68,7 +68,7 @@ def _enet_fit_gram(
     dtype,
 ):
     """The elastic net by coordinate descent on ``stats``, the
-    :class:`~ilargi_sklearn.utils._stats.GramStats` of the data and the target
+    :class:`~ilargi_sklearn.multisource._statistics.GramStats` of the data and the target
     (one column per target, each fitted on its own): scikit-learn's
     ``precompute=True`` path, with no pass over the data.
 
@@ -265,7 +265,7 @@ class FactorizedElasticNet(
         Q = T^T S T - s_sum mu mu^T
         q = T^T S y - mu (s^T y)
 
-    (:func:`ilargi_sklearn.utils._stats.centered_gram`). The gram is assembled from
+    (:func:`ilargi_sklearn.multisource._statistics.centered_gram`). The gram is assembled from
     per-source blocks and co-occurrence blocks of the sources, and the centering is
     implicit, so no joined row is formed and sparsity survives. Each coordinate
     update is then ``w_j <- soft(q_j - (Q w)_j + Q_jj w_j, l1) / (Q_jj + l2)`` with
@@ -395,16 +395,17 @@ class FactorizedElasticNet(
             )
         if isinstance(sample_weight, numbers.Number):
             sample_weight = None  # equal weights, as scikit-learn reads a number
-        op, (Y, y_ndim), sample_weight, _ = validate_fit_inputs(
+        op, (Y, y_ndim), sample_weight, _, lineage = validate_fit_inputs(
             self,
             X,
             y,
             sample_weight,
             target=_regression_target,
             strategy=self.strategy,
+            return_lineage=True,
         )
         _check_device_support(op, name)
-        stats = centered_gram(op, sample_weight, self.fit_intercept, Y)
+        stats = centered_gram(op, sample_weight, self.fit_intercept, Y, lineage=lineage)
         coef, intercept, dual_gap, n_iter = _enet_fit_gram(
             stats,
             alpha=self.alpha,

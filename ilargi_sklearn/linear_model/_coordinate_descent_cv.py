@@ -35,7 +35,7 @@ from ilargi_sklearn.linear_model._least_squares import (
     _GRAM_NOISE,
     _drop_constant_columns,
 )
-from ilargi_sklearn.utils._stats import FoldStatistics, centered_gram, host64
+from ilargi_sklearn.multisource._statistics import FoldStatistics, centered_gram, host64
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     STRATEGIES,
@@ -127,7 +127,7 @@ def _path_mse(test_op, Y_test, sw_test, coefs, intercepts, stats=None, train=Non
     product of the test rows with all the path's coefficients. ``stats``: the
     test rows' centered statistics where the caller has them; ``train``: those
     of the training rows the intercepts came from. Where both were formed with
-    one shift (:class:`~ilargi_sklearn.utils._stats.FoldStatistics`), the
+    one shift (:class:`~ilargi_sklearn.multisource._statistics.FoldStatistics`), the
     offset ``ybar_t - b - mu_t^T w = (ybar_t - ybar) - (mu_t - mu)^T w`` is
     taken of the shifted means, which do not round away the difference of two
     large means.
@@ -328,7 +328,7 @@ class _FactorizedLinearModelCV(
             )
         if isinstance(sample_weight, numbers.Number):
             sample_weight = None  # equal weights, as scikit-learn reads a number
-        op, (Y, y_ndim), sample_weight, _ = validate_fit_inputs(
+        op, (Y, y_ndim), sample_weight, _, lineage = validate_fit_inputs(
             self,
             X,
             y,
@@ -336,10 +336,13 @@ class _FactorizedLinearModelCV(
             target=_single_target,
             strategy=self.strategy,
             non_negative_weights=True,
+            return_lineage=True,
         )
         _check_device_support(op, name)
         l1_ratios = self._l1_ratios()
-        statistics = FoldStatistics(op, sample_weight, Y, self.fit_intercept)
+        statistics = FoldStatistics(
+            op, sample_weight, Y, self.fit_intercept, lineage=lineage
+        )
         stats = statistics.all_rows
         _check_finite_stats(stats, op.dtype)
         if isinstance(self.alphas, Integral):
@@ -518,7 +521,7 @@ class FactorizedElasticNetCV(_FactorizedLinearModelCV):
     -----
     The factorized rewrite: per fold the centered gram of its training rows, as
     the gram of all rows minus the test rows' (one pass over all rows and one
-    over each fold's test rows, :class:`~ilargi_sklearn.utils._stats.FoldStatistics`;
+    over each fold's test rows, :class:`~ilargi_sklearn.multisource._statistics.FoldStatistics`;
     computed directly where the difference would lose accuracy), then
     the whole path by coordinate descent on that gram, each alpha started from
     the previous solution (scikit-learn's ``precompute=True`` path, which its

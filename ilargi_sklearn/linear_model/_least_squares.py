@@ -5,7 +5,7 @@ operator.
 Each solves ``min ||sqrt(s) (Y - T W - 1 b)||^2 + sum_j alpha_j ||w_j||^2`` (the
 intercept not penalized, ``alpha = 0`` for least squares) with the data entering
 through the operator protocol only: the gram statistics of
-:func:`~ilargi_sklearn.utils._stats.centered_gram`, or one ``matmul`` and one
+:func:`~ilargi_sklearn.multisource._statistics.centered_gram`, or one ``matmul`` and one
 ``rmatmul`` per iteration, the centering applied to the products (never to the
 data). Estimators call them with explicit arguments (:mod:`._linear`,
 :mod:`._ridge` and the cross-validated searches); which one runs is the
@@ -27,7 +27,7 @@ from ilargi_sklearn._backend._namespace import asarray_on, namespace_dtype
 from ilargi_sklearn._backend._ops import sum_axis0
 from ilargi_sklearn.linear_model._base import _predict64
 from ilargi_sklearn.multisource._operators import matmul_into
-from ilargi_sklearn.utils._stats import (
+from ilargi_sklearn.multisource._statistics import (
     centered_gram,
     centered_products,
     choose_shift,
@@ -191,10 +191,10 @@ def lost_columns(G, D, dtype):
     noise of the raw gram (``_GRAM_NOISE`` eps ``D_j``): constant up to rounding.
 
     Such a column gets a zero coefficient, as ``lstsq`` gives a constant one.
-    With the pilot shift (``utils._stats``) only constant columns are, and the
+    With the pilot shift (``multisource._statistics``) only constant columns are, and the
     columns of sparse sources with a mean far larger than their spread, which a
     warning names when the statistics are formed
-    (:func:`~ilargi_sklearn.utils._stats.choose_shift`).
+    (:func:`~ilargi_sklearn.multisource._statistics.choose_shift`).
     """
     return np.diag(G) <= _GRAM_NOISE * float(np.finfo(dtype).eps) * D
 
@@ -203,7 +203,7 @@ def _drop_constant_columns(G, rhs, D, dtype):
     """``G`` and ``rhs`` with the columns that are constant up to rounding zeroed.
 
     A constant column's centered variance is cancellation noise of the uncentered
-    gram (about ``eps * D_j``, see ``utils._stats.GramStats``), and so are its
+    gram (about ``eps * D_j``, see ``multisource._statistics.GramStats``), and so are its
     correlations; left in, the noise is a feature that a small penalty lets in with
     a huge coefficient. scikit-learn, which centers the data explicitly, sees a
     zero (or rounding-sized) column there and gives it a zero coefficient: a zero
@@ -221,7 +221,7 @@ def _drop_constant_columns(G, rhs, D, dtype):
 
 def _gram_solver(stats, alphas, dtype, cond):
     """A solver of ``(G + alpha_j I) x_j = b_j`` for the centered gram of ``stats``
-    (:class:`~ilargi_sklearn.utils._stats.GramStats`), one penalty per column.
+    (:class:`~ilargi_sklearn.multisource._statistics.GramStats`), one penalty per column.
 
     Columns that are constant up to rounding (a "year" column, a dimension
     attribute that never varies) have a centered variance that is pure
@@ -262,7 +262,16 @@ def _gram_solver(stats, alphas, dtype, cond):
 
 
 def _solve_normal_equations(
-    op, Y, sample_weight, fit_intercept, cond, max_refine=5, alpha=None, stats=None
+    op,
+    Y,
+    sample_weight,
+    fit_intercept,
+    cond,
+    max_refine=5,
+    alpha=None,
+    stats=None,
+    *,
+    lineage=None,
 ):
     """Weighted least squares (or ridge) from the gram of ``T``, with implicit
     centering.
@@ -302,6 +311,8 @@ def _solve_normal_equations(
         The centered statistics of ``op`` and ``Y`` with ``fit_intercept``
         (:func:`centered_gram`), where the caller holds them already (a
         cross-validated search's statistics of all rows); None computes them.
+    lineage : Lineage, default=None
+        ``op``'s lineage (:func:`centered_gram` shares the statistics on it).
 
     Returns
     -------
@@ -328,7 +339,7 @@ def _solve_normal_equations(
         return R if sample_weight is None else R * sample_weight[:, None]
 
     if stats is None:
-        stats = centered_gram(op, sample_weight, fit_intercept, Y)
+        stats = centered_gram(op, sample_weight, fit_intercept, Y, lineage=lineage)
     D, mu, rhs, y_mean = stats.D, stats.mu, stats.rhs, stats.y_mean
     n_targets = Y.shape[1]
     alphas = np.zeros(n_targets) if alpha is None else np.asarray(alpha, dtype=float)
@@ -522,7 +533,7 @@ def _solve_lsqr(op, Y, sample_weight, fit_intercept, tol, alpha=None, max_iter=N
     sw_sum = float(n_samples if sample_weight is None else np.sum(sample_weight))
     sqrt_sw = None if sample_weight is None else np.sqrt(sample_weight)
     # The products run on the design with its columns of large mean shifted,
-    # T = W + 1 k^T (utils._stats.shifted_design): the centered products
+    # T = W + 1 k^T (multisource._statistics.shifted_design): the centered products
     # W v - m^T v then never form the large values.
     op, k = shifted_design(op, choose_shift(op))
     if fit_intercept:
@@ -602,7 +613,7 @@ def _normal_product(op, mu, sample_weight):
     ``V`` (n_features, k) is on the host; one ``matmul`` and one ``rmatmul`` of k
     columns, with the centering applied to the products (never to the data).
     ``op`` and ``mu`` are the shifted design and its center
-    (:func:`~ilargi_sklearn.utils._stats.centered_products`), whose products do
+    (:func:`~ilargi_sklearn.multisource._statistics.centered_products`), whose products do
     not form the large values of a column with a large mean.
     """
     xp = op.xp
@@ -667,12 +678,16 @@ def _conjugate_gradient(product, B, alphas, tol, max_iter):
     return X, n_iter, converged
 
 
-def _solve_sparse_cg(op, Y, sample_weight, fit_intercept, alphas, tol, max_iter):
+def _solve_sparse_cg(
+    op, Y, sample_weight, fit_intercept, alphas, tol, max_iter, *, lineage=None
+):
     """Ridge by conjugate gradients on ``(T_c^T S T_c + alpha I) w = T_c^T S y``.
 
     Returns ``(coef (n_targets, n_features), intercept (n_targets,), n_iter)``.
     """
-    stats = centered_gram(op, sample_weight, fit_intercept, Y, gram=False)
+    stats = centered_gram(
+        op, sample_weight, fit_intercept, Y, gram=False, lineage=lineage
+    )
     product = _normal_product(*centered_products(op, stats), sample_weight)
     coef, n_iter, converged = _conjugate_gradient(
         product, stats.rhs, alphas, tol, max_iter

@@ -54,6 +54,7 @@ def _linear_regression(
     tol,
     max_iter,
     learning_rate,
+    lineage=None,
 ):
     """Weighted least squares on ``op`` and ``Y`` (n_samples, n_targets).
 
@@ -78,6 +79,9 @@ def _linear_regression(
         Gradient-descent steps.
     learning_rate : float or None
         Gradient descent's step (None: ``1 / L``, :func:`_lipschitz_constant`).
+    lineage : Lineage, default=None
+        ``op``'s lineage, on which the normal equations' statistics are shared
+        (:func:`~ilargi_sklearn.multisource._statistics.centered_gram`).
 
     Returns
     -------
@@ -113,7 +117,7 @@ def _linear_regression(
         coef, intercept, n_iters = _solve_lsqr(op, Y, sample_weight, fit_intercept, tol)
         return coef, intercept, int(n_iters.max())
     coef, intercept, _ = _solve_normal_equations(
-        op, Y, sample_weight, fit_intercept, tol
+        op, Y, sample_weight, fit_intercept, tol, lineage=lineage
     )
     return coef, intercept, 1
 
@@ -337,7 +341,7 @@ class FactorizedLinearRegression(
         self : object
             Fitted estimator.
         """
-        op, (Y, y_ndim), sample_weight, sw_sum = validate_fit_inputs(
+        op, (Y, y_ndim), sample_weight, sw_sum, lineage = validate_fit_inputs(
             self,
             X,
             y,
@@ -345,6 +349,7 @@ class FactorizedLinearRegression(
             target=_regression_target,
             strategy=self.strategy,
             non_negative_weights=True,
+            return_lineage=True,
         )
         if self.solver == "normal" and use_cuml(op, self.strategy):
             # A materialized dense plan on the GPU is solved by cuML's "eig" solver
@@ -374,6 +379,7 @@ class FactorizedLinearRegression(
                 tol=self.tol,
                 max_iter=self.max_iter,
                 learning_rate=self.learning_rate,
+                lineage=lineage,
             )
         _set_linear_fitted(
             self,

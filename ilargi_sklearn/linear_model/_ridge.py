@@ -44,7 +44,7 @@ from ilargi_sklearn.linear_model._least_squares import (
     _solve_sparse_cg,
     gram_out_of_reach,
 )
-from ilargi_sklearn.utils._stats import centered_gram, centered_products
+from ilargi_sklearn.multisource._statistics import centered_gram, centered_products
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     STRATEGIES,
@@ -153,7 +153,7 @@ _EXACT_RTOL = 1e-10
 
 
 def _solve_products_then_gram(
-    op, Y, sample_weight, fit_intercept, alphas, tol, max_iter
+    op, Y, sample_weight, fit_intercept, alphas, tol, max_iter, *, lineage=None
 ):
     """Ridge on an implicit feature expansion with scikit-learn's default
     accuracy on the materialized matrix, without forming the gram when it need not.
@@ -171,7 +171,9 @@ def _solve_products_then_gram(
     Returns ``(coef, intercept, n_iter, solver)``: ``solver`` is the one whose
     answer is returned.
     """
-    stats = centered_gram(op, sample_weight, fit_intercept, Y, gram=False)
+    stats = centered_gram(
+        op, sample_weight, fit_intercept, Y, gram=False, lineage=lineage
+    )
     product = _normal_product(*centered_products(op, stats), sample_weight)
     budget = _gram_cost_in_iterations(op)
     if max_iter is not None:
@@ -193,12 +195,14 @@ def _solve_products_then_gram(
         tol,
     )
     coef, intercept, _ = _solve_normal_equations(
-        op, Y, sample_weight, fit_intercept, cond=0.0, alpha=alphas
+        op, Y, sample_weight, fit_intercept, cond=0.0, alpha=alphas, lineage=lineage
     )
     return coef, intercept, n_iter + 1, "cholesky"
 
 
-def _solve_positive(op, Y, sample_weight, fit_intercept, alphas, tol, max_iter):
+def _solve_positive(
+    op, Y, sample_weight, fit_intercept, alphas, tol, max_iter, *, lineage=None
+):
     """Ridge with ``coef >= 0`` by L-BFGS-B, as scikit-learn's
     ``Ridge(positive=True)``.
 
@@ -211,7 +215,9 @@ def _solve_positive(op, Y, sample_weight, fit_intercept, alphas, tol, max_iter):
     Returns ``(coef (n_targets, n_features), intercept (n_targets,), n_iter)``.
     """
     use_gram = not gram_out_of_reach(op)
-    stats = centered_gram(op, sample_weight, fit_intercept, Y, gram=use_gram)
+    stats = centered_gram(
+        op, sample_weight, fit_intercept, Y, gram=use_gram, lineage=lineage
+    )
     if use_gram:
         G = stats.G
 
@@ -263,6 +269,7 @@ def _ridge_regression(
     max_iter,
     fit_intercept,
     stats=None,
+    lineage=None,
 ):
     """Ridge regression on ``op`` and ``Y``, scikit-learn's ``_ridge_regression``.
 
@@ -287,6 +294,9 @@ def _ridge_regression(
     stats : GramStats, default=None
         The centered statistics of ``op`` and ``Y`` for ``"cholesky"``, where the
         caller holds them (a cross-validated search); None computes them.
+    lineage : Lineage, default=None
+        ``op``'s lineage, on which the statistics are shared
+        (:func:`~ilargi_sklearn.multisource._statistics.centered_gram`).
 
     Returns
     -------
@@ -305,7 +315,7 @@ def _ridge_regression(
         # value is cut on purpose, only directions below the gram's rounding noise
         # (none while alpha is above it).
         coef, intercept, _ = _solve_normal_equations(
-            *args, cond=0.0, alpha=alphas, stats=stats
+            *args, cond=0.0, alpha=alphas, stats=stats, lineage=lineage
         )
         # One direct solve; scikit-learn's None fails its own n_iter_ check.
         n_iter = np.ones(Y.shape[1], dtype=np.int32)
@@ -316,13 +326,15 @@ def _ridge_regression(
     elif solver == "sparse_cg_then_cholesky":
         with one_blas_thread():
             coef, intercept, n_iter, solver = _solve_products_then_gram(
-                *args, alphas, tol, max_iter
+                *args, alphas, tol, max_iter, lineage=lineage
             )
     else:
         solve = _solve_sparse_cg if solver == "sparse_cg" else _solve_positive
         # The solvers' vector operations gain nothing from BLAS threads.
         with one_blas_thread():
-            coef, intercept, n_iter = solve(*args, alphas, tol, max_iter)
+            coef, intercept, n_iter = solve(
+                *args, alphas, tol, max_iter, lineage=lineage
+            )
     return coef, intercept, n_iter, solver
 
 
@@ -342,7 +354,7 @@ class _RidgeFit:
         "device": [StrOptions(set(DEVICE_OPTIONS))],
     }
 
-    def _fit_targets(self, op, Y, sample_weight, y_ndim):
+    def _fit_targets(self, op, Y, sample_weight, y_ndim, lineage=None):
         """Fit ``Y`` (n_samples, n_targets) and set the fitted attributes with
         scikit-learn's shapes: a 1-D ``coef_`` for one target, a float
         ``intercept_`` for a 1-D ``y``, 0.0 without an intercept."""
@@ -357,6 +369,7 @@ class _RidgeFit:
             tol=self.tol,
             max_iter=self.max_iter,
             fit_intercept=self.fit_intercept,
+            lineage=lineage,
         )
         _set_linear_fitted(
             self,
@@ -596,7 +609,7 @@ class FactorizedRidge(
         self : object
             Fitted estimator.
         """
-        op, (Y, y_ndim), sample_weight, _ = validate_fit_inputs(
+        op, (Y, y_ndim), sample_weight, _, lineage = validate_fit_inputs(
             self,
             X,
             y,
@@ -604,8 +617,9 @@ class FactorizedRidge(
             target=_regression_target,
             strategy=self.strategy,
             non_negative_weights=True,
+            return_lineage=True,
         )
-        self._fit_targets(op, Y, sample_weight, y_ndim)
+        self._fit_targets(op, Y, sample_weight, y_ndim, lineage)
         return self
 
     def __sklearn_tags__(self):
@@ -765,7 +779,7 @@ class FactorizedRidgeClassifier(_RidgeFit, DeviceMixin, ClassifierMixin, BaseEst
         self : object
             Fitted estimator.
         """
-        op, (binarizer, Y, y), sample_weight, _ = validate_fit_inputs(
+        op, (binarizer, Y, y), sample_weight, _, lineage = validate_fit_inputs(
             self,
             X,
             y,
@@ -773,6 +787,7 @@ class FactorizedRidgeClassifier(_RidgeFit, DeviceMixin, ClassifierMixin, BaseEst
             target=_class_codes_target,
             strategy=self.strategy,
             non_negative_weights=True,
+            return_lineage=True,
         )
         if self.class_weight:
             reweighting = compute_sample_weight(self.class_weight, y)
@@ -781,7 +796,7 @@ class FactorizedRidgeClassifier(_RidgeFit, DeviceMixin, ClassifierMixin, BaseEst
                 reweighting if sample_weight is None else sample_weight * reweighting
             )
         # Codes are always 2-D: intercept_ of shape (n_outputs,), as scikit-learn.
-        self._fit_targets(op, Y, sample_weight, y_ndim=2)
+        self._fit_targets(op, Y, sample_weight, y_ndim=2, lineage=lineage)
         self._label_binarizer = binarizer
         self.classes_ = binarizer.classes_
         return self

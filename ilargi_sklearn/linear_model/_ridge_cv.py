@@ -39,7 +39,7 @@ from ilargi_sklearn.linear_model._scoring import (
     _IdentityRegressor,
 )
 from ilargi_sklearn.multisource._interactions import rowwise_quadratic
-from ilargi_sklearn.utils._stats import (
+from ilargi_sklearn.multisource._statistics import (
     FoldStatistics,
     centered_gram,
     centered_products,
@@ -109,7 +109,7 @@ def _ridge_loo(op, Y, sample_weight, fit_intercept, stats, alphas):
         VT_rhs = V.T @ rhs
         coef = np.einsum("ij,kj,jt->kit", V, Dinv, VT_rhs)
     intercept = stats.y_mean[None, :] - np.einsum("i,kit->kt", stats.mu, coef)
-    # Rows and targets through the shifted design and target (utils._stats): with
+    # Rows and targets through the shifted design and target (multisource._statistics): with
     # T - 1 mu^T = W - 1 m^T and Y = Y~ + c_y, the hat diagonal, the fitted values
     # and the residuals are formed of small values (a column or a target whose
     # mean is large against its spread keeps its digits).
@@ -267,6 +267,7 @@ def _ridge_gcv_search(
     scoring,
     alpha_per_target,
     store_cv_results,
+    lineage=None,
 ):
     """Leave-one-out over ``alphas`` with scikit-learn's ``RidgeCV`` choice (the
     best score, the first alpha on ties; one per target with
@@ -283,7 +284,7 @@ def _ridge_gcv_search(
         predictions) of every alpha, ``(n_samples, n_alphas)`` for a 1-D target,
         else ``(n_samples, n_targets, n_alphas)``.
     """
-    stats = centered_gram(op, sample_weight, fit_intercept, Y)
+    stats = centered_gram(op, sample_weight, fit_intercept, Y, lineage=lineage)
     looe, coefs, intercepts = _ridge_loo(
         op, Y, sample_weight, fit_intercept, stats, alphas
     )
@@ -355,7 +356,7 @@ def _loo_score(scorer, predictions, y, y_ndim, score_params, alpha_per_target):
 
 
 def _ridge_kfold_search(
-    op, Y, y_ndim, alphas, *, sample_weight, fit_intercept, scoring, cv
+    op, Y, y_ndim, alphas, *, sample_weight, fit_intercept, scoring, cv, lineage=None
 ):
     """K-fold search over ``alphas`` (scikit-learn's GridSearchCV choice: the
     best mean test score, the first on ties), then the refit on all rows.
@@ -376,7 +377,7 @@ def _ridge_kfold_search(
     """
     folds = _folds(cv, op.n_rows, host64(Y)[:, 0] if y_ndim == 1 else host64(Y))
     scorer = check_scoring(_IdentityRegressor(), scoring=scoring)
-    statistics = FoldStatistics(op, sample_weight, Y, fit_intercept)
+    statistics = FoldStatistics(op, sample_weight, Y, fit_intercept, lineage=lineage)
     scores = _ridge_fold_scores(statistics, y_ndim, alphas, folds, scorer)
     mean = scores.mean(axis=0)
     # GridSearchCV ranks failed (NaN) candidates last.
@@ -500,7 +501,7 @@ class FactorizedRidgeCV(
     with ``n_features`` columns in all (or one per alpha's quadratic form).
 
     K folds: per fold the statistics of its training rows (all rows' minus the
-    test rows', :class:`~ilargi_sklearn.utils._stats.FoldStatistics`), one
+    test rows', :class:`~ilargi_sklearn.multisource._statistics.FoldStatistics`), one
     Cholesky factorization per alpha,
     and one product of the test rows with all alphas' coefficients; then the
     refit on all rows by the solver that scored the candidates,
@@ -645,7 +646,7 @@ class FactorizedRidgeCV(
             if self.alpha_per_target:
                 raise ValueError("cv!=None and alpha_per_target=True are incompatible")
         alphas = _check_alphas(self.alphas, low_closed=self.cv is not None)
-        op, (Y, y_ndim), sample_weight, _ = validate_fit_inputs(
+        op, (Y, y_ndim), sample_weight, _, lineage = validate_fit_inputs(
             self,
             X,
             y,
@@ -653,6 +654,7 @@ class FactorizedRidgeCV(
             target=_regression_target,
             strategy=self.strategy,
             non_negative_weights=True,
+            return_lineage=True,
         )
         _check_device_support(op, type(self).__name__)
         cv_results = None
@@ -667,6 +669,7 @@ class FactorizedRidgeCV(
                 scoring=self.scoring,
                 alpha_per_target=self.alpha_per_target,
                 store_cv_results=self.store_cv_results,
+                lineage=lineage,
             )
         else:
             alpha, best_score, coef, intercept = _ridge_kfold_search(
@@ -678,6 +681,7 @@ class FactorizedRidgeCV(
                 fit_intercept=self.fit_intercept,
                 scoring=self.scoring,
                 cv=self.cv,
+                lineage=lineage,
             )
         self.alpha_ = alpha
         self.best_score_ = best_score

@@ -5,15 +5,12 @@ from ilargi_sklearn.multisource._builder import (
     Join,
     JoinFanOutWarning,
     JoinMatchWarning,
-    from_frames,
 )
+from ilargi_sklearn.multisource._describe import DatasetDescription
 from ilargi_sklearn.multisource._encoding import UnknownCategoryWarning
+from ilargi_sklearn.multisource._frames import from_frames
 from ilargi_sklearn.multisource._interactions import InteractionOperator
-from ilargi_sklearn.multisource._multi_source import (
-    DatasetDescription,
-    MultiSourceDataset,
-    as_operator,
-)
+from ilargi_sklearn.multisource._multi_source import MultiSourceDataset, as_operator
 from ilargi_sklearn.multisource._operators import (
     AffineOperator,
     FactorizedMatrix,

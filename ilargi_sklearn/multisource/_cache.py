@@ -13,23 +13,23 @@ order), so it never changes a result.
 
 from __future__ import annotations
 
-import os
-import threading
 import time
-import weakref
-from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ilargi_sklearn._backend._ops import nbytes
-from ilargi_sklearn.multisource._multi_source import MultiSourceDataset
+from ilargi_sklearn._config import cache_budget, get_config, set_config
+from ilargi_sklearn.multisource._bounded import BoundedCache
 from ilargi_sklearn.multisource._operators import (
     AffineOperator,
     FactorizedMatrix,
     MatrixOperator,
     Operator,
 )
+
+if TYPE_CHECKING:  # the container stands above its caches
+    from ilargi_sklearn.multisource._multi_source import MultiSourceDataset
 
 __all__ = [
     "clear_materialization_cache",
@@ -39,115 +39,24 @@ __all__ = [
     "set_materialization_cache",
 ]
 
-
-def _total_memory() -> int:
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, ValueError, OSError):  # pragma: no cover - non-POSIX
-        return 8 * 2**30
+# The join cache: (root token, device) -> (joined matrix, seconds its join took
+# to build), bounded by the ``materialization_cache_*`` settings; a root's
+# entries go when its operator is collected.
 
 
-class _MaterializedCache:
-    """LRU of joined matrices, keyed by (root token, device).
-
-    ``max_entries`` root datasets and ``max_bytes`` at most; an entry whose root
-    operator is garbage collected is dropped by a finalizer.
-    """
-
-    def __init__(self, max_entries: int = 4, max_bytes: int | None = None) -> None:
-        self.max_entries = max_entries
-        self.max_bytes = max_bytes if max_bytes is not None else _total_memory() // 4
-        # (matrix, bytes, seconds its join took to build)
-        self._entries: OrderedDict[tuple[Any, str], tuple[Any, int, float]] = (
-            OrderedDict()
-        )
-        self._lock = threading.Lock()
-        # Tokens of collected roots whose entries could not be dropped at once (the
-        # finalizer ran while the lock was held): dropped by the next call.
-        self._dead: list[Any] = []
-
-    def _purge(self) -> None:
-        while self._dead:
-            token = self._dead.pop()
-            for key in [k for k in self._entries if k[0] is token]:
-                del self._entries[key]
-
-    def get(self, token: Any, device: str) -> Any:
-        with self._lock:
-            self._purge()
-            entry = self._entries.get((token, device))
-            if entry is None:
-                return None
-            self._entries.move_to_end((token, device))
-            return entry[0]
-
-    def build_seconds(self, token: Any, device: str) -> float | None:
-        """How long the cached join of ``token`` took to build (None: not cached)."""
-        with self._lock:
-            self._purge()
-            entry = self._entries.get((token, device))
-            return None if entry is None else entry[2]
-
-    def __contains__(self, key: tuple[Any, str]) -> bool:
-        with self._lock:
-            self._purge()
-            return key in self._entries
-
-    def put(
-        self,
-        token: Any,
-        device: str,
-        matrix: Any,
-        nbytes: int,
-        root: Any,
-        seconds: float = 0.0,
-    ) -> None:
-        if nbytes > self.max_bytes:
-            return
-        with self._lock:
-            self._purge()
-            self._entries[(token, device)] = (matrix, nbytes, float(seconds))
-            self._entries.move_to_end((token, device))
-            while len(self._entries) > self.max_entries or (
-                sum(e[1] for e in self._entries.values()) > self.max_bytes
-            ):
-                self._entries.popitem(last=False)
-        weakref.finalize(root, self.discard, token)
-
-    def discard(self, token: Any) -> None:
-        """Drop the entries of ``token`` (now, or at the next call if busy)."""
-        self._dead.append(token)
-        if self._lock.acquire(blocking=False):
-            try:
-                self._purge()
-            finally:
-                self._lock.release()
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._dead.clear()
-
-    def info(self, token: Any) -> dict[str, Any]:
-        """Devices and bytes of ``token``'s joined matrices."""
-        with self._lock:
-            self._purge()
-            mine = [(k[1], e[1]) for k, e in self._entries.items() if k[0] is token]
-        return {"devices": [d for d, _ in mine], "bytes": int(sum(n for _, n in mine))}
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the matrices held."""
-        with self._lock:
-            self._purge()
-            return sum(e[1] for e in self._entries.values())
-
-
-_CACHE = _MaterializedCache()
+_CACHE = BoundedCache(
+    "join",
+    max_entries=lambda: get_config()["materialization_cache_entries"],
+    max_bytes=lambda: cache_budget("materialization_cache_bytes"),
+)
 
 
 def set_materialization_cache(max_entries: int = 4, max_bytes: int | None = None):
     """Bound the cache of joined matrices that materialized fits share.
+
+    The older name of ``set_config(materialization_cache_entries=max_entries,
+    materialization_cache_bytes=max_bytes)`` (see :func:`~ilargi_sklearn.set_config`),
+    followed by a clear of the cache.
 
     Parameters
     ----------
@@ -157,14 +66,25 @@ def set_materialization_cache(max_entries: int = 4, max_bytes: int | None = None
         Most bytes kept; default a quarter of the machine's memory. A joined matrix
         larger than this is never cached. ``max_bytes=0`` turns caching off.
     """
-    _CACHE.max_entries = int(max_entries)
-    _CACHE.max_bytes = _total_memory() // 4 if max_bytes is None else int(max_bytes)
+    set_config(
+        materialization_cache_entries=int(max_entries),
+        materialization_cache_bytes="auto" if max_bytes is None else int(max_bytes),
+    )
     _CACHE.clear()
 
 
 def clear_materialization_cache() -> None:
     """Drop every cached joined matrix (frees their memory)."""
     _CACHE.clear()
+
+
+def join_cache_info(token: Any) -> dict[str, Any]:
+    """Devices and bytes of ``token``'s joined matrices."""
+    keys = _CACHE.keys(token)
+    return {
+        "devices": [k[1] for k in keys],
+        "bytes": _CACHE.info(token)["bytes"],
+    }
 
 
 def _unwrap_affine(op: Operator) -> tuple[Operator, list[tuple[Any, Any]]]:
@@ -207,13 +127,16 @@ def _root_info(ds: MultiSourceDataset) -> tuple[Any, Any, FactorizedMatrix] | No
 def is_materialization_cached(ds: Any, device: str = "cpu") -> bool:
     """Whether the joined matrix of ``ds``'s root is in the cache."""
     info = _root_info(ds)
-    return info is not None and (info[0], device) in _CACHE
+    return info is not None and _CACHE.holds((info[0], device))
 
 
 def materialization_seconds(ds: Any, device: str = "cpu") -> float | None:
     """How long the cached join of ``ds``'s root took to build (None: not cached)."""
     info = _root_info(ds)
-    return None if info is None else _CACHE.build_seconds(info[0], device)
+    if info is None:
+        return None
+    entry = _CACHE.get((info[0], device), count=False, touch=False)
+    return None if entry is None else entry[1]
 
 
 def materialized_operator(
@@ -237,14 +160,19 @@ def materialized_operator(
     if info is None:
         return ds.operator.materialized(), False
     token, rows, root = info
-    M = _CACHE.get(token, device)
+    entry = _CACHE.get((token, device))
+    M = None if entry is None else entry[0]
     hit = M is not None
     # Build the root's join only when the slice is most of it (a CV fold); for a
     # small slice its own join is cheaper.
     if M is None and (rows is None or 2 * rows.shape[0] >= root.n_rows):
         t0 = time.perf_counter()
         M = root.materialize()
-        _CACHE.put(token, device, M, nbytes(M), root, time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
+        # (the matrix, and how long its join took to build: the planner
+        # subtracts it from a materialized fit's time)
+        if _CACHE.put((token, device), (M, seconds), nbytes(M)):
+            _CACHE.watch(root, group=token)
     base, layers = _unwrap_affine(ds.operator)
     A = base.materialize() if M is None else (M if rows is None else M[rows])
     op: Operator = MatrixOperator(A)
@@ -275,4 +203,4 @@ def materialized_dataset(
         Whether the joined matrix came from the cache.
     """
     op, hit = materialized_operator(ds, device)
-    return MultiSourceDataset(op, ds.feature_names, ds.source_names), hit
+    return type(ds)(op, ds.feature_names, ds.source_names), hit

@@ -3,96 +3,33 @@
 from __future__ import annotations
 
 import numbers
-import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import scipy.sparse as sp
 
-from ilargi_sklearn._backend import RowMap
 from ilargi_sklearn._backend._namespace import (
     asarray_on,
-    device_of,
-    get_namespace,
-    is_cupy_namespace,
     is_numpy_namespace,
-    to_numpy,
 )
-from ilargi_sklearn._backend._plan import DeviceUnavailableError
-from ilargi_sklearn.multisource._interactions import InteractionOperator
+from ilargi_sklearn.multisource import (
+    _cache_info,
+    _describe,
+    _matrices,
+    _origin,
+    _placement,
+)
+from ilargi_sklearn.multisource._describe import DatasetDescription  # noqa: F401
+from ilargi_sklearn.multisource._matrices import _check_dtype
 from ilargi_sklearn.multisource._operators import (
     AffineOperator,
     FactorizedMatrix,
     MatrixOperator,
     Operator,
-    Term,
-)
-from ilargi_sklearn.multisource._terms import (
-    build_factorized,
-    check_finite,
-    check_source,
-    indicator_to_index,
 )
 
 __all__ = ["DatasetDescription", "MultiSourceDataset", "as_operator"]
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"  # pragma: no cover
-
-
-@dataclass
-class DatasetDescription:
-    """Schema and redundancy figures of a :class:`MultiSourceDataset`.
-
-    Attributes
-    ----------
-    sources : pandas.DataFrame
-        One row per source: rows, columns, stored non-zeros, bytes, tuple ratio
-        (target rows / source rows), feature ratio (source columns / base columns)
-        and the fraction of target rows it matches.
-    summary : dict
-        Target rows and columns, non-zeros of the sources and of the joined matrix,
-        bytes factorized vs materialized (dense and CSR) and their ratio.
-    """
-
-    sources: pd.DataFrame
-    summary: dict[str, Any] = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        s = self.summary
-        lines = [
-            f"target: {s['n_rows']:,} rows x {s['n_features']:,} features",
-            self.sources.to_string(),
-            f"non-zeros: sources {s['nnz_sources']:,}, joined {s['nnz_joined']:,} "
-            f"({s['nnz_ratio']:.2f}x)",
-            f"bytes: factorized {_fmt_bytes(s['bytes_factorized'])}, joined "
-            f"{_fmt_bytes(s['bytes_materialized'])} as {s['materialized_format']} "
-            f"({s['bytes_ratio']:.2f}x)",
-        ]
-        return "\n".join(lines)
-
-    __repr__ = __str__
-
-
-#: Root operators that hold copies of their dataset on other devices (weakly).
-_DEVICE_COPY_HOLDERS: weakref.WeakSet = weakref.WeakSet()
-
-
-def drop_device_copies() -> None:
-    """Forget the cached device copies of every root dataset
-    (``ilargi_sklearn.clear_caches``): the next :meth:`~MultiSourceDataset.to_device`
-    copies the sources as they are then. Datasets already moved keep their data."""
-    for op in list(_DEVICE_COPY_HOLDERS):
-        op.__dict__.pop("_device_copies", None)
-    _DEVICE_COPY_HOLDERS.clear()
 
 
 class MultiSourceDataset:
@@ -165,6 +102,13 @@ class MultiSourceDataset:
         self._root_token = object()
         self._root_rows: np.ndarray | None = None
         self._root_operator = operator
+        # The digest of ``_root_rows`` once the statistics' key needed it, shared
+        # by the slices of one index array (``_lineage``).
+        self._rows_memo: dict[str, Any] = {}
+        # For an implicit scaling of another dataset's operator (a fitted
+        # scaler's transform): that dataset's lineage record, so that the
+        # statistics of the scaled rows are keyed by the rows they scale.
+        self._scaled_from: Any = None
         # The root's row origin: (base row of each root row or None for
         # arange, number of base rows or None for the root's length, the base
         # frame's index or None). Slices compose it with their root rows.
@@ -174,290 +118,10 @@ class MultiSourceDataset:
             None,
         )
 
-    # ---------------------------------------------------------------- builders
-    @classmethod
-    def from_matrices(
-        cls,
-        sources: Sequence[Any],
-        indicators: Sequence[Any],
-        mappings: Sequence[Any] | None = None,
-        feature_names: Sequence[str] | None = None,
-        *,
-        source_names: Sequence[str] | None = None,
-        priority: Sequence[int] | None = None,
-        dtype: Any = np.float64,
-        allow_nan: bool = False,
-    ) -> MultiSourceDataset:
-        """Build a dataset from source matrices, indicators and mappings.
-
-        Parameters
-        ----------
-        sources : list of {ndarray, sparse matrix}
-            Source ``k`` has shape ``(r_k, c_k)``.
-        indicators : list of {ndarray of int, sparse matrix, None}
-            Indicator of each source: an index vector of length ``n_rows`` (source
-            row of each target row, -1 for no match), a sparse binary matrix of shape
-            ``(n_rows, r_k)`` with at most one 1 per row, or None for the identity.
-        mappings : list of {ndarray of int, None}, optional
-            Target column of each source column (-1: unused). None (the default)
-            concatenates the sources' columns in order.
-        feature_names : list of str, optional
-            Names of the target columns; default ``"{source}__{j}"``.
-        source_names : list of str, optional
-            Default ``"s0", "s1", ...``.
-        priority : list of int, optional
-            Ownership order for target columns that several sources supply; default
-            the order of the sources (DESIGN.md 2.1).
-        dtype : {np.float64, np.float32}, default=np.float64
-            Dtype of the sources and of every operator result.
-        allow_nan : bool, default=False
-            Keep NaN in the sources as missing values (infinite values still
-            raise). Such a dataset is taken by the estimators that route missing
-            values (the gradient-boosted trees); the others raise a
-            ``ValueError`` on it, and its products propagate NaN.
-
-        Returns
-        -------
-        MultiSourceDataset
-
-        Notes
-        -----
-        Index vectors are checked (integers in ``[-1, r_k)``, one per target row)
-        and copied: the dataset owns its copies, so that a later write to the
-        caller's arrays never changes it (and no kernel reads outside a source).
-        """
-        return cls._from_matrices(
-            sources,
-            indicators,
-            mappings,
-            feature_names,
-            source_names=source_names,
-            priority=priority,
-            dtype=dtype,
-            copy_indicators=True,
-            allow_nan=allow_nan,
-        )
-
-    @classmethod
-    def _from_matrices(
-        cls,
-        sources: Sequence[Any],
-        indicators: Sequence[Any],
-        mappings: Sequence[Any] | None = None,
-        feature_names: Sequence[str] | None = None,
-        *,
-        source_names: Sequence[str] | None = None,
-        priority: Sequence[int] | None = None,
-        dtype: Any = np.float64,
-        copy_indicators: bool,
-        allow_nan: bool = False,
-    ) -> MultiSourceDataset:
-        """:meth:`from_matrices`; ``copy_indicators=False`` takes index vectors
-        that nobody else holds (the builder's) without copying them."""
-        if any(type(S).__module__.split(".")[0] == "dask" for S in sources):
-            if allow_nan:
-                raise TypeError("allow_nan=True is not supported for Dask sources.")
-            return _dask_from_matrices(
-                sources,
-                indicators,
-                mappings,
-                feature_names,
-                source_names,
-                priority,
-                dtype,
-            )
-        dtype = _check_dtype(dtype)
-        names = _check_source_names(sources, indicators, source_names)
-        n_sources = len(names)
-        checked = [
-            check_source(S, names[k], dtype, finite=False)
-            for k, S in enumerate(sources)
-        ]
-
-        # Device sources (CuPy, array_api_strict) stay where they are; index vectors
-        # are validated on the host and moved next to them once the terms are built.
-        xp = get_namespace(*checked)
-        on_device = not is_numpy_namespace(xp)
-        idxs: list[np.ndarray | None] = []
-        for k, ind in enumerate(indicators):
-            if ind is None:
-                idxs.append(None)
-            else:
-                if not (isinstance(ind, np.ndarray) or sp.issparse(ind)):
-                    ind = to_numpy(ind) if hasattr(ind, "shape") else ind
-                idx = indicator_to_index(ind, checked[k].shape[0], names[k])
-                if copy_indicators and not sp.issparse(ind):
-                    # The caller keeps its array (or the memory of its Series): a
-                    # later write to it must not reach the dataset.
-                    idx = idx.copy()
-                idxs.append(idx)
-        lengths = {
-            (checked[k].shape[0] if idx is None else idx.shape[0])
-            for k, idx in enumerate(idxs)
-        }
-        if len(lengths) != 1:
-            raise ValueError(
-                f"indicators disagree on the number of target rows: {sorted(lengths)}."
-            )
-        rowmaps = [RowMap(idx, checked[k].shape[0]) for k, idx in enumerate(idxs)]
-
-        if mappings is None:
-            mappings = [None] * n_sources
-        if len(mappings) != n_sources:
-            raise ValueError(f"got {n_sources} sources but {len(mappings)} mappings.")
-        colmaps = []
-        offset = 0
-        for k, (S, cm) in enumerate(zip(checked, mappings)):
-            if cm is None:
-                cm = np.arange(offset, offset + S.shape[1])
-            cm = np.asarray(cm)
-            if cm.ndim != 1 or cm.shape[0] != S.shape[1] or cm.dtype.kind not in "iu":
-                raise ValueError(
-                    f"mapping of source {names[k]!r} must be an integer vector of length "
-                    f"{S.shape[1]} (one target column per source column, -1: unused)."
-                )
-            cm = cm.astype(np.int64)
-            used = cm[cm >= 0]
-            if used.size != np.unique(used).size:
-                raise ValueError(
-                    f"mapping of source {names[k]!r} sends two columns to one target column."
-                )
-            if cm.min(initial=0) < -1:
-                raise ValueError(f"mapping of source {names[k]!r} has values below -1.")
-            colmaps.append(cm)
-            offset = max(offset, int(cm.max(initial=-1)) + 1)
-        n_cols = max((int(cm.max(initial=-1)) + 1 for cm in colmaps), default=0)
-
-        if feature_names is None:
-            feature_names = [""] * n_cols
-            for k, cm in enumerate(colmaps):
-                for j, c in enumerate(cm):
-                    if c >= 0 and not feature_names[c]:
-                        feature_names[c] = f"{names[k]}__{j}"
-            feature_names = [f or f"x{c}" for c, f in enumerate(feature_names)]
-        elif len(feature_names) != n_cols:
-            raise ValueError(
-                f"got {len(feature_names)} feature names for {n_cols} target columns."
-            )
-        feature_names = list(feature_names)
-        seen: set[Any] = set()
-        duplicated = [f for f in feature_names if f in seen or seen.add(f)]
-        if duplicated:
-            raise ValueError(
-                f"feature names must be unique; {sorted(set(map(str, duplicated)))} "
-                "appear more than once."
-            )
-        # Checked here rather than with the sources, to name the offending feature.
-        for k, (S, cm) in enumerate(zip(checked, colmaps)):
-            check_finite(
-                S,
-                names[k],
-                [
-                    feature_names[c] if c >= 0 else f"unused column {j}"
-                    for j, c in enumerate(cm)
-                ],
-                allow_nan=allow_nan,
-            )
-        op = build_factorized(checked, rowmaps, colmaps, n_cols, dtype, priority)
-        if on_device:
-            dev = device_of(checked[0])
-            moved: dict[int, RowMap] = {}
-            terms = []
-            for t in op.terms:
-                if id(t.rows) not in moved:
-                    moved[id(t.rows)] = t.rows.to_namespace(xp, dev)
-                terms.append(Term(t.S, moved[id(t.rows)], t.cols, t.source))
-            op = FactorizedMatrix(terms, op.n_rows, op.n_cols, dtype)
-        base = next((k for k, idx in enumerate(idxs) if idx is None), None)
-        return cls(op, feature_names, names, base_source=base, allows_nan=allow_nan)
-
-    @classmethod
-    def from_frames(
-        cls,
-        base: pd.DataFrame,
-        base_features: Sequence[str] = (),
-        joins: Sequence[Any] = (),
-        **kwargs: Any,
-    ) -> MultiSourceDataset:
-        """Build a dataset from DataFrames and :class:`Join` specifications.
-
-        See :func:`ilargi_sklearn.multisource.from_frames` for the parameters.
-        """
-        from ilargi_sklearn.multisource._builder import from_frames
-
-        return from_frames(base, base_features, joins, **kwargs)
-
-    @classmethod
-    def union(cls, datasets: Sequence[MultiSourceDataset]) -> MultiSourceDataset:
-        """Stack same-schema datasets row-wise without copying their sources.
-
-        Parameters
-        ----------
-        datasets : list of MultiSourceDataset
-            Datasets with identical feature names and dtype.
-
-        Returns
-        -------
-        MultiSourceDataset
-            Target rows of the first dataset, then those of the second, and so on.
-        """
-        datasets = list(datasets)
-        if not datasets:
-            raise ValueError("union needs at least one dataset.")
-        first = datasets[0]
-        for d in datasets:
-            if not isinstance(d, MultiSourceDataset):
-                raise TypeError(
-                    f"union takes MultiSourceDatasets, got {type(d).__name__}."
-                )
-            if not isinstance(d._op, FactorizedMatrix):
-                raise TypeError(
-                    "union takes unscaled datasets (apply scalers after the union)."
-                )
-            if (
-                list(d.feature_names) != list(first.feature_names)
-                or d.dtype != first.dtype
-            ):
-                raise ValueError(
-                    "union needs datasets with the same feature names and dtype."
-                )
-        n_rows = sum(len(d) for d in datasets)
-        terms, names = [], []
-        row_off, src_off = 0, 0
-        for i, d in enumerate(datasets):
-            for t in d._op.terms:
-                idx = np.full(n_rows, -1, dtype=np.int64)
-                idx[row_off : row_off + len(d)] = t.rows.idx
-                terms.append(
-                    Term(
-                        t.S,
-                        RowMap(idx, t.rows.n_source_rows),
-                        t.cols,
-                        t.source + src_off,
-                    )
-                )
-            names += [f"{n}[{i}]" if len(datasets) > 1 else n for n in d.source_names]
-            row_off += len(d)
-            src_off += d.n_sources
-        op = FactorizedMatrix(terms, n_rows, first.shape[1], first.dtype)
-        out = cls(
-            op,
-            first.feature_names,
-            names,
-            categories=first.categories_,
-            allows_nan=any(d.allows_nan for d in datasets),
-        )
-        out.schema_ = (
-            first.schema_ if all(d.schema_ == first.schema_ for d in datasets) else None
-        )
-        # The union's base table is the parts' base tables one after the other.
-        origin, offset = [], 0
-        for d in datasets:
-            r = d.base_rows_
-            origin.append(np.where(r >= 0, r + offset, -1))
-            offset += d.n_base_rows_
-        out._set_origin(np.concatenate(origin), offset, None)
-        return out
+    # ------------------------------------------------- builders (_matrices.py)
+    from_matrices = classmethod(_matrices.from_matrices)
+    from_frames = classmethod(_matrices.from_frames)
+    union = classmethod(_matrices.union)
 
     # -------------------------------------------------------------- properties
     @property
@@ -484,25 +148,6 @@ class MultiSourceDataset:
         (``from_matrices(allow_nan=True)``, ``Join(impute="missing")``)."""
         return getattr(self, "_allows_nan", False)
 
-    def nan_source(self) -> str | None:
-        """The name of a source holding NaN (None when none does).
-
-        Only a dataset that :attr:`allows_nan` can hold NaN; the answer is
-        computed once (the sources are never modified).
-        """
-        if not self.allows_nan:
-            return None
-        if getattr(self, "_has_nan", None) is None:
-            found: str | bool = False
-            for t in self._factorized().terms:
-                S = to_numpy(t.S)
-                vals = S.data if sp.issparse(S) else S
-                if np.isnan(vals).any():
-                    found = self._source_names[t.source]
-                    break
-            self._has_nan = found
-        return self._has_nan or None
-
     @property
     def source_names(self) -> list[str]:
         return list(self._source_names)
@@ -516,82 +161,6 @@ class MultiSourceDataset:
         """The operator behind the dataset (what the kernels compute with)."""
         return self._op
 
-    def operator_for(self, strategy: str = "factorized") -> Operator:
-        """The operator a fit with ``strategy`` computes with.
-
-        ``"factorized"``: :attr:`operator`. ``"materialized"``: the operator over
-        the joined matrix, under the same implicit scaling and centering; the join
-        of the root dataset (the one row slices come from) is built once and
-        cached for every fit on it and its slices (a grid search's folds), see
-        :func:`~ilargi_sklearn.planner.set_materialization_cache`. This is the one
-        place where the package decides to build the join.
-
-        Parameters
-        ----------
-        strategy : {"factorized", "materialized"}
-
-        Returns
-        -------
-        Operator
-        """
-        from ilargi_sklearn.multisource._cache import materialized_operator
-
-        if strategy == "factorized":
-            return self._op
-        if strategy != "materialized":
-            raise ValueError(
-                f"strategy must be 'factorized' or 'materialized', got {strategy!r}."
-            )
-        return materialized_operator(self, self._cache_device())[0]
-
-    def cache_info(self) -> dict[str, Any]:
-        """What the package's caches hold for this dataset's root.
-
-        A row slice (a cross-validation fold) shares its root's entries, so this
-        reports the same for the root and every slice of it.
-
-        Returns
-        -------
-        dict
-            ``"materialized"``: the root's joined matrix (``devices`` it is cached
-            for, ``bytes``), see
-            :func:`~ilargi_sklearn.planner.set_materialization_cache`;
-            ``"statistics"``: the gram-based fits' sufficient statistics
-            (``entries``, ``bytes``, ``hits``, ``misses``, ``downdates`` and
-            ``fallbacks`` of the downdating guard, the cache's ``budget_bytes`` and
-            ``total_bytes`` over all datasets), see
-            :func:`~ilargi_sklearn.multisource.set_statistics_cache`.
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> from ilargi_sklearn import MultiSourceDataset
-        >>> from ilargi_sklearn.linear_model import FactorizedRidge
-        >>> rng = np.random.default_rng(0)
-        >>> ds = MultiSourceDataset.from_matrices(
-        ...     [rng.normal(size=(8, 2)), rng.normal(size=(3, 2))],
-        ...     [None, np.array([0, 1, 2, 0, 1, 2, 0, 1])],
-        ... )
-        >>> _ = FactorizedRidge().fit(ds, rng.normal(size=8))
-        >>> info = ds.cache_info()["statistics"]
-        >>> info["entries"], info["misses"]
-        (2, 2)
-        """
-        from ilargi_sklearn.multisource._cache import _CACHE
-        from ilargi_sklearn.multisource._stats_cache import statistics_cache_info
-
-        return {
-            "materialized": _CACHE.info(self._root_token),
-            "statistics": statistics_cache_info(self),
-        }
-
-    def _cache_device(self) -> str:
-        """The materialization cache's key for where the sources live (a plan's
-        device name where it is one)."""
-        if is_numpy_namespace(self._op.xp):
-            return "cpu"
-        return "gpu" if is_cupy_namespace(self._op.xp) else str(self.device)
-
     @property
     def nbytes(self) -> int:
         """Bytes held by sources and index vectors (shared sources counted once)."""
@@ -604,58 +173,6 @@ class MultiSourceDataset:
     def device(self) -> Any:
         """Where the sources live: ``"cpu"`` for NumPy/SciPy, else their device."""
         return self._op.device
-
-    def to_device(self, device: Any = "cpu", *, namespace: Any = None) -> Any:
-        """The same dataset with sources and index vectors on ``device``.
-
-        The move happens once per dataset: the copy of the root dataset (the one
-        that row slices come from) is cached on it, and a row slice moved to a
-        device takes its rows from that copy (a grid search does not re-upload
-        per fold). Index vectors are int32 on the device.
-
-        Parameters
-        ----------
-        device : {"cpu", "gpu"} or device object, default="cpu"
-            "gpu" uses CuPy on the current CUDA device and requires a usable GPU
-            (:func:`ilargi_sklearn._backend._gpu.probe_gpu`). Another namespace's
-            device object (for example ``array_api_strict.Device("device1")``)
-            needs ``namespace``.
-        namespace : module, optional
-            Array namespace for a device object (testing without a GPU).
-
-        Returns
-        -------
-        MultiSourceDataset
-            ``self`` when the data already is there.
-
-        Raises
-        ------
-        RuntimeError
-            For "gpu" without a usable GPU; the message carries the probe's reason.
-        """
-        xp, dev, key = _resolve_device(device, namespace)
-        op = self._op
-        if op.xp is xp or (is_numpy_namespace(xp) and is_numpy_namespace(op.xp)):
-            if dev is None or is_numpy_namespace(xp) or op.device == dev:
-                return self
-        root_op = self._root_operator
-        copies = getattr(root_op, "_device_copies", None)
-        if copies is None:
-            copies = {}
-            root_op._device_copies = copies
-            _DEVICE_COPY_HOLDERS.add(root_op)
-        root = copies.get(key)
-        if root is None:
-            root = self._like(root_op.to_namespace(xp, dev), root=True)
-            # The way back: the moved root knows the dataset it came from.
-            home = self._like(root_op, root=True)
-            home._root_token = self._root_token
-            back_key = _device_key(op.xp, op.device)
-            root._root_operator._device_copies = {back_key: home}
-            copies[key] = root
-        if self._root_rows is None:
-            return root
-        return root[self._root_rows]
 
     def _like(
         self, op: Operator, *, root: bool = False, feature_names: Any = None
@@ -677,170 +194,15 @@ class MultiSourceDataset:
         )
         out.schema_ = self.schema_
         out._match_report = self._match_report
+        if isinstance(op, AffineOperator) and op.base is self._op:
+            from ilargi_sklearn.multisource._lineage import scaled_from
+
+            out._scaled_from = scaled_from(self)
         if root or self._root_rows is None:
             out._origin = self._origin
         else:
             out._origin = (self.base_rows_, self.n_base_rows_, self._origin[2])
         return out
-
-    def _set_origin(
-        self, rows: np.ndarray | None, n_base_rows: int, index: Any
-    ) -> None:
-        """Record the base row of each row (None: row ``i`` is base row ``i``)."""
-        self._origin = (rows, int(n_base_rows), index)
-
-    @property
-    def match_report_(self) -> pd.DataFrame | None:
-        """How each join matched, one row per join (datasets built from frames).
-
-        Columns: ``how``, ``on`` (the key equation), ``rows`` (rows the join was
-        applied to: those its left table matched), ``matched``, ``fraction``,
-        ``null_keys`` (rows whose key is missing: they match nothing),
-        ``unmatched_keys`` (a few key values that found no partner), ``hazards``
-        (likely key mistakes, looked for whenever a key is unmatched),
-        ``rows_out`` (rows after the join), ``fan_out`` (rows of the table per
-        matched row: 1 for a lookup, more where keys repeat in the table) and
-        ``repeated_keys`` (a few keys that matched several rows). None for
-        datasets built from matrices.
-        """
-        if self._match_report is None:
-            return None
-        columns = [
-            "how",
-            "on",
-            "rows",
-            "matched",
-            "fraction",
-            "null_keys",
-            "unmatched_keys",
-            "hazards",
-            "rows_out",
-            "fan_out",
-            "repeated_keys",
-        ]
-        frame = pd.DataFrame(self._match_report, columns=["join", *columns])
-        return frame.set_index("join")
-
-    # ------------------------------------------------------------- row origin
-    @property
-    def base_rows_(self) -> np.ndarray:
-        """The base-table row each dataset row comes from (-1: none).
-
-        Inner joins drop base rows and one-to-many joins repeat them, so the
-        dataset's rows are no longer the base table's: row ``i`` comes from base
-        row ``base_rows_[i]``; -1 marks rows an outer join added from another table.
-        It stays right through row slicing (``ds[rows]``), :meth:`union` (the parts'
-        base tables one after the other), ``via`` joins and relationship tables
-        without base features. Datasets built from matrices are their own base.
-        Use :meth:`align` to take base-aligned values into dataset order.
-        """
-        rows = self._origin[0]
-        if rows is None:
-            rows = np.arange(self._root_operator.n_rows, dtype=np.int64)
-        return rows.copy() if self._root_rows is None else rows[self._root_rows]
-
-    @property
-    def n_base_rows_(self) -> int:
-        """Rows of the base table(s) the dataset was built from."""
-        n = self._origin[1]
-        return self._root_operator.n_rows if n is None else n
-
-    def align(self, values: Any, *, fill_value: Any = None) -> Any:
-        """Take base-aligned values (target, weights, groups) into dataset order.
-
-        Parameters
-        ----------
-        values : array-like, pandas.Series or pandas.DataFrame
-            One value (or row) per row of the base table, in its order: for example
-            ``base["price"]``, a weight per base row, the groups of ``GroupKFold``.
-            A pandas object must carry the base frame's index (it is checked, so
-            values of another frame or order are never matched by position);
-            pass ``.to_numpy()`` to align by position.
-        fill_value : scalar, optional
-            The value of dataset rows without a base row (rows an outer join added).
-            Default: such rows raise a ``ValueError``.
-
-        Returns
-        -------
-        ndarray, pandas.Series or pandas.DataFrame
-            ``values`` at :attr:`base_rows_`, one per dataset row; pandas objects
-            get a fresh ``RangeIndex``.
-
-        Examples
-        --------
-        >>> import pandas as pd
-        >>> from ilargi_sklearn import Join, MultiSourceDataset
-        >>> base = pd.DataFrame({"k": [1, 2, 3], "y": [10.0, 20.0, 30.0]})
-        >>> dim = pd.DataFrame({"k": [1, 3, 3], "z": [0.5, 1.5, 2.5]})
-        >>> ds = MultiSourceDataset.from_frames(
-        ...     base,
-        ...     joins=[
-        ...         Join(dim, on="k", features=["z"], how="inner", validate="1:m")
-        ...     ],
-        ... )
-        >>> ds.base_rows_
-        array([0, 2, 2])
-        >>> ds.align(base["y"]).tolist()
-        [10.0, 30.0, 30.0]
-        """
-        rows = self.base_rows_
-        n_base = self.n_base_rows_
-        missing = rows < 0
-        if missing.any() and fill_value is None:
-            raise ValueError(
-                f"{int(missing.sum()):,} dataset rows have no base row (an outer join "
-                "added them); pass fill_value=..., or drop them first with "
-                "ds[ds.base_rows_ >= 0]."
-            )
-        take = np.where(missing, 0, rows) if missing.any() else rows
-        if isinstance(values, (pd.Series, pd.DataFrame)):
-            self._check_index(values, n_base)
-            out = values.iloc[take].reset_index(drop=True)
-            if missing.any():
-                mask = (
-                    missing
-                    if out.ndim == 1
-                    else np.repeat(missing[:, None], out.shape[1], axis=1)
-                )
-                out = out.mask(mask, fill_value)
-            return out
-        if not hasattr(values, "__array_namespace__"):
-            # Lists, polars and pyarrow columns: through NumPy.
-            values = np.asarray(values)
-        if values.ndim == 0 or values.shape[0] != n_base:
-            raise ValueError(
-                f"values have shape {tuple(values.shape)}, but the dataset was built "
-                f"from {n_base:,} base rows; align takes one value per base row, in "
-                "the base table's order."
-            )
-        if isinstance(values, np.ndarray):
-            out = values[take]
-            if missing.any():
-                out = out.astype(np.result_type(out, np.asarray(fill_value)))
-                out[missing] = fill_value
-            return out
-        xp = get_namespace(values)
-        out = xp.take(values, asarray_on(take, xp, device_of(values)), axis=0)
-        if missing.any():
-            raise ValueError(
-                "fill_value is only supported for NumPy and pandas values."
-            )
-        return out
-
-    def _check_index(self, values: Any, n_base: int) -> None:
-        if values.shape[0] != n_base:
-            raise ValueError(
-                f"values have {values.shape[0]:,} rows, but the dataset was built from "
-                f"{n_base:,} base rows; align takes one value per base row, in the "
-                "base table's order."
-            )
-        index = self._origin[2]
-        if index is not None and not values.index.equals(index):
-            raise ValueError(
-                "the values' index differs from the base table's: they may come from "
-                "another frame or another order. Pass values.to_numpy() if they are "
-                "in the base table's row order."
-            )
 
     def astype(self, dtype: Any) -> MultiSourceDataset:
         """A copy with sources cast to ``dtype`` (float32 or float64)."""
@@ -864,11 +226,21 @@ class MultiSourceDataset:
                 raise IndexError(
                     "MultiSourceDataset selects rows only: use ds[rows] or ds[rows, ...]."
                 )
-        from ilargi_sklearn.multisource._stats_cache import cached_slice
+        from ilargi_sklearn.multisource._slices import gathered_rows
 
-        return cached_slice(self, key, lambda: self._take(key))
+        # A new dataset every time (its attributes are its own); the gathered
+        # rows underneath are shared by the slices of one index array.
+        op, rows, memo = gathered_rows(self, key, lambda: self._gather(key))
+        out = self._like(op, root=True)
+        out._root_token = self._root_token
+        out._root_operator = self._root_operator
+        out._root_rows = rows
+        out._rows_memo = memo
+        return out
 
-    def _take(self, key: Any) -> MultiSourceDataset:
+    def _gather(self, key: Any) -> tuple[Operator, np.ndarray, dict[str, Any]]:
+        """The operator of rows ``key``, the rows in the root, and the memo of
+        their digest (filled by the statistics' key, ``_lineage``)."""
         n = len(self)
         if isinstance(key, slice):
             rows = np.arange(n)[key]
@@ -894,11 +266,8 @@ class MultiSourceDataset:
                     f"rows must be an integer array, a boolean mask or a slice; got "
                     f"dtype {key.dtype} with shape {key.shape}."
                 )
-        out = self._like(self._op.take_rows(rows), root=True)
-        out._root_token = self._root_token
-        out._root_operator = self._root_operator
-        out._root_rows = rows if self._root_rows is None else self._root_rows[rows]
-        return out
+        root_rows = rows if self._root_rows is None else self._root_rows[rows]
+        return self._op.take_rows(rows), root_rows, {}
 
     # --------------------------------------------------------------- operators
     def _operand(self, W: Any) -> Any:
@@ -1004,33 +373,7 @@ class MultiSourceDataset:
                 "ds ** p is not factorizable on a scaled or centered dataset; apply it "
                 "before scaling."
             )
-        # Only the source rows that some target row takes are raised to the power;
-        # the others become 0. Otherwise a row outside the join (dropped by an inner
-        # join or a slice) could turn into NaN (a negative value to a fractional
-        # power) or inf, and the reductions (counts of 0 times NaN) would be NaN.
-        used: dict[int, np.ndarray] = {}
-        for t in self._op.terms:
-            mask = used.setdefault(id(t.S), np.zeros(t.S.shape[0], dtype=bool))
-            if t.rows.is_identity:
-                mask[:] = True
-            else:
-                mask[t.rows.idx[t.rows.idx >= 0]] = True
-
-        def power(S: Any) -> Any:
-            keep = used[id(S)]
-            if sp.issparse(S):
-                if not keep.all():
-                    S = sp.csr_matrix(sp.diags(keep.astype(S.dtype)) @ S)
-                    S.eliminate_zeros()
-                return S.power(p)
-            if keep.all():
-                return S**p
-            out = np.zeros_like(S)
-            out[keep] = S[keep] ** p
-            return out
-
-        op = self._op.map_sources(power)
-        return self._like(op)
+        return self._like(self._op.power(p))
 
     def _no_shift(self, *_: Any) -> Any:
         raise TypeError(
@@ -1063,7 +406,6 @@ class MultiSourceDataset:
         """
         return self._op.materialize(format)
 
-    # ------------------------------------------------------------- describing
     def _factorized(self) -> FactorizedMatrix:
         op = self._op
         while isinstance(op, AffineOperator):
@@ -1072,99 +414,22 @@ class MultiSourceDataset:
             raise TypeError("dataset is not factorized.")
         return op
 
-    def describe(self) -> DatasetDescription:
-        """Schema and redundancy figures (see :class:`DatasetDescription`)."""
-        if isinstance(self._op, InteractionOperator):
-            raise TypeError(
-                "describe() reports the joins of a dataset; this one holds implicit "
-                "polynomial features of another: describe that dataset (the input "
-                "of FactorizedPolynomialFeatures) instead."
-            )
-        fm = self._factorized()
-        n_rows, n_cols = self.shape
-        rows: dict[int, dict[str, Any]] = {}
-        seen: set[int] = set()
-        for t in fm.terms:
-            r = rows.setdefault(
-                t.source,
-                {
-                    "rows": t.S.shape[0],
-                    "columns": 0,
-                    "nnz": 0,
-                    "bytes": 0,
-                    "sparse": t.is_sparse,
-                    "matched": 0.0,
-                },
-            )
-            r["columns"] += t.S.shape[1]
-            S = t.S
-            if id(S) not in seen:
-                seen.add(id(S))
-                r["nnz"] += int(S.nnz if sp.issparse(S) else np.count_nonzero(S))
-                r["bytes"] += int(
-                    S.data.nbytes + S.indices.nbytes + S.indptr.nbytes
-                    if sp.issparse(S)
-                    else S.nbytes
-                )
-            r["matched"] = max(
-                r["matched"], float(t.rows.matched.mean()) if n_rows else 0.0
-            )
-        base_cols = (
-            rows[self._base_source]["columns"] if self._base_source in rows else 0
-        )
-        table = pd.DataFrame.from_dict(rows, orient="index").sort_index()
-        table.index = [self._source_names[k] for k in table.index]
-        table["tuple_ratio"] = n_rows / table["rows"].clip(lower=1)
-        # Without base features (a relationship table) every source is infinitely
-        # wider than the base.
-        table["feature_ratio"] = table["columns"] / base_cols if base_cols else np.inf
-        nnz_joined = fm.nnz()
-        itemsize = self.dtype.itemsize
-        sparse = fm.is_sparse
-        dense_bytes = n_rows * n_cols * itemsize
-        csr_bytes = nnz_joined * (itemsize + 4) + (n_rows + 1) * 8
-        mat_bytes = csr_bytes if sparse else dense_bytes
-        nnz_sources = int(table["nnz"].sum())
-        summary = {
-            "n_rows": n_rows,
-            "n_features": n_cols,
-            "n_sources": self.n_sources,
-            "nnz_sources": nnz_sources,
-            "nnz_joined": nnz_joined,
-            "nnz_ratio": nnz_joined / max(nnz_sources, 1),
-            "bytes_factorized": self.nbytes,
-            "bytes_materialized": mat_bytes,
-            "bytes_dense": dense_bytes,
-            "bytes_csr": csr_bytes,
-            "materialized_format": "CSR" if sparse else "dense",
-            "bytes_ratio": mat_bytes / max(self.nbytes, 1),
-        }
-        return DatasetDescription(table, summary)
-
-    def __repr__(self) -> str:
-        try:
-            fm = self._factorized()
-        except TypeError:
-            # Operators without in-memory terms (a Dask-backed dataset): no per-source
-            # breakdown without touching the cluster.
-            return (
-                f"MultiSourceDataset({len(self):,} rows x {self.shape[1]} features, "
-                f"{self.n_sources} sources on {type(self._op).__name__}; {self.dtype})"
-            )
-        parts: dict[int, list[int]] = {}
-        for t in fm.terms:
-            p = parts.setdefault(t.source, [t.S.shape[0], 0, int(t.is_sparse)])
-            p[1] += t.S.shape[1]
-        srcs = ", ".join(
-            f"{self._source_names[k]} {r:,}x{c}{' sparse' if s else ''}"
-            for k, (r, c, s) in sorted(parts.items())
-        )
-        scaled = ", scaled" if isinstance(self._op, AffineOperator) else ""
-        return (
-            f"MultiSourceDataset({len(self):,} rows x {self.shape[1]} features, "
-            f"{self.n_sources} sources: {srcs}; {self.dtype}{scaled}, "
-            f"{_fmt_bytes(self.nbytes)})"
-        )
+    # Methods whose code (and numpydoc) live in the module of their concern.
+    # ------------------------------------------------------ placement, caches
+    to_device = _placement.to_device
+    operator_for = _cache_info.operator_for
+    cache_info = _cache_info.cache_info
+    _cache_device = _cache_info.cache_device
+    # ------------------------------------------------------------ row origin
+    base_rows_ = property(_origin.base_rows)
+    n_base_rows_ = property(_origin.n_base_rows)
+    align = _origin.align
+    _set_origin = _origin.set_origin
+    # ------------------------------------------------------------ describing
+    describe = _describe.describe
+    match_report_ = property(_describe.match_report)
+    nan_source = _describe.nan_source
+    __repr__ = _describe.dataset_repr
 
 
 class _Transposed:
@@ -1195,90 +460,6 @@ class _Transposed:
 
     def __repr__(self) -> str:
         return f"{self._ds!r}.T"
-
-
-def _dask_from_matrices(
-    sources: Sequence[Any],
-    indicators: Sequence[Any],
-    mappings: Any,
-    feature_names: Any,
-    source_names: Any,
-    priority: Any,
-    dtype: Any,
-) -> MultiSourceDataset:
-    """A Dask source in ``from_matrices``: the Dask-backed dataset of the same data."""
-    if mappings is not None or priority is not None:
-        raise TypeError(
-            "a Dask source needs a Dask-backed dataset, which takes the sources' "
-            "columns in order: build it with ilargi_sklearn.distributed.dask_dataset "
-            "(without mappings and priority)."
-        )
-    from ilargi_sklearn.distributed import dask_dataset
-
-    return dask_dataset(
-        sources, indicators, feature_names, source_names=source_names, dtype=dtype
-    )
-
-
-def _device_key(xp: Any, device: Any) -> tuple[str, str]:
-    if is_numpy_namespace(xp):
-        return ("numpy", "cpu")
-    return (xp.__name__, str(device))
-
-
-def _resolve_device(device: Any, namespace: Any) -> tuple[Any, Any, tuple[str, str]]:
-    """``(xp, device, cache key)`` for :meth:`MultiSourceDataset.to_device`."""
-    if namespace is not None:
-        return namespace, device, _device_key(namespace, device)
-    if device == "cpu":
-        xp = get_namespace()
-        return xp, "cpu", _device_key(xp, "cpu")
-    if device == "gpu":
-        from ilargi_sklearn._backend._gpu import probe_gpu
-
-        usable, reason = probe_gpu()
-        if not usable:
-            raise DeviceUnavailableError(
-                f"device='gpu' was requested but no GPU is usable: {reason}."
-            )
-        import array_api_compat.cupy as xp_cupy
-
-        return xp_cupy, None, ("array_api_compat.cupy", "gpu")
-    raise ValueError(
-        f"device must be 'cpu' or 'gpu' (or a device object with namespace=...), "
-        f"got {device!r}."
-    )
-
-
-def _check_source_names(
-    sources: Sequence[Any], indicators: Sequence[Any], source_names: Any
-) -> list[str]:
-    """Check the source and indicator counts; return the (default) source names."""
-    n_sources = len(sources)
-    if n_sources == 0:
-        raise ValueError("at least one source is required.")
-    if len(indicators) != n_sources:
-        raise ValueError(f"got {n_sources} sources but {len(indicators)} indicators.")
-    names = (
-        list(source_names)
-        if source_names is not None
-        else [f"s{k}" for k in range(n_sources)]
-    )
-    if len(names) != n_sources or len(set(names)) != n_sources:
-        raise ValueError(
-            f"source_names must be {n_sources} distinct names, got {names}."
-        )
-    return names
-
-
-def _check_dtype(dtype: Any) -> np.dtype:
-    try:
-        dtype = np.dtype(dtype)
-    except TypeError:
-        raise ValueError(f"dtype must be float32 or float64, got {dtype!r}.") from None
-    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise ValueError(f"dtype must be float32 or float64, got {dtype}.")
-    return dtype
 
 
 def as_operator(X: Any) -> Operator:

@@ -204,10 +204,7 @@ class Operator(ABC):
     prefers_products: bool = False
 
     def __getstate__(self) -> dict[str, Any]:
-        # The copies of a root dataset on other devices
-        # (``MultiSourceDataset.to_device``) are a cache, made again on demand.
         state = dict(self.__dict__)
-        state.pop("_device_copies", None)
         if any(isinstance(v, types.ModuleType) for v in state.values()):
             # A device operator holds its namespace (a module, which does not
             # pickle) and device arrays: say so, instead of pickle's message.
@@ -956,6 +953,35 @@ class FactorizedMatrix(Operator):
         out = self.map_sources(lambda S: astype(S, dtype))
         out.dtype = np.dtype(dtype)
         return out
+
+    def power(self, p: float) -> FactorizedMatrix:
+        """``T ** p`` for ``p > 0`` (``ds ** p``), applied to the sources."""
+        # Only the source rows that some target row takes are raised to the power;
+        # the others become 0. Otherwise a row outside the join (dropped by an inner
+        # join or a slice) could turn into NaN (a negative value to a fractional
+        # power) or inf, and the reductions (counts of 0 times NaN) would be NaN.
+        used: dict[int, np.ndarray] = {}
+        for t in self.terms:
+            mask = used.setdefault(id(t.S), np.zeros(t.S.shape[0], dtype=bool))
+            if t.rows.is_identity:
+                mask[:] = True
+            else:
+                mask[t.rows.idx[t.rows.idx >= 0]] = True
+
+        def power(S: Any) -> Any:
+            keep = used[id(S)]
+            if sp.issparse(S):
+                if not keep.all():
+                    S = sp.csr_matrix(sp.diags(keep.astype(S.dtype)) @ S)
+                    S.eliminate_zeros()
+                return S.power(p)
+            if keep.all():
+                return S**p
+            out = np.zeros_like(S)
+            out[keep] = S[keep] ** p
+            return out
+
+        return self.map_sources(power)
 
     def materialize(self, format: Format = "auto") -> Any:
         n, m = self.shape

@@ -5,9 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-import threading
 import time
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -22,7 +20,9 @@ from ilargi_sklearn._backend._plan import (
     DeviceUnavailableError,
     UnsupportedOnDeviceError,
 )
+from ilargi_sklearn._config import get_config
 from ilargi_sklearn.multisource import MultiSourceDataset
+from ilargi_sklearn.multisource._bounded import BoundedCache
 from ilargi_sklearn.multisource._cache import (
     clear_materialization_cache,
     is_materialization_cached,
@@ -114,8 +114,6 @@ _WORK_FEATURES = (
 #: that: the held-out median error is a factor of about 1.26), then the
 #: measurements decide.
 _EXPLORE_FACTOR = 1.25
-#: Work keys kept (least recently used dropped first): a few grid searches.
-_HISTORY_SIZE = 256
 
 
 class _PlanHistory:
@@ -129,39 +127,45 @@ class _PlanHistory:
     little about another's (the first materialized fit builds the join; its time
     less the join's build time is recorded for the cached state too), and
     stored per row: the slices of one root (folds, the refit) differ in size, and
-    the plans' work scales with the rows. Bounded (``_HISTORY_SIZE`` keys); the
-    tokens it holds are small objects that keep no data alive.
+    the plans' work scales with the rows. Bounded by the ``plan_history_size``
+    setting (:func:`~ilargi_sklearn.set_config`, work keys, least recently used
+    dropped first); a root dataset's keys go with its operator.
     """
 
-    def __init__(self, size: int = _HISTORY_SIZE) -> None:
-        self.size = size
-        self._entries: OrderedDict[tuple, dict[tuple, float]] = OrderedDict()
-        self._lock = threading.Lock()
+    def __init__(self) -> None:
+        self._cache = BoundedCache(
+            "plan history", max_entries=lambda: get_config()["plan_history_size"]
+        )
 
     def get(self, key: tuple) -> dict[tuple, float]:
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                return {}
-            self._entries.move_to_end(key)
-            return dict(entry)
+        entry = self._cache.get(key, count=False)
+        return {} if entry is None else dict(entry)
 
     def record(
-        self, key: tuple, state: tuple, seconds_per_row: float, replace: bool = True
+        self,
+        key: tuple,
+        state: tuple,
+        seconds_per_row: float,
+        replace: bool = True,
+        root: Any = None,
     ) -> None:
-        with self._lock:
-            entry = self._entries.setdefault(key, {})
-            self._entries.move_to_end(key)
+        def add(entry: dict | None) -> dict:
+            entry = {} if entry is None else dict(entry)
             # The latest measurement (the machine's load changes, and a state
             # seen again is the current one), unless asked to keep a measured one.
             if replace or state not in entry:
                 entry[state] = seconds_per_row
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
+            return entry
+
+        self._cache.update(key, add)
+        if root is not None:
+            self._cache.watch(root, group=key[0])
 
     def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
+        self._cache.clear()
+
+    def __len__(self) -> int:
+        return len(self._cache)
 
 
 _HISTORY = _PlanHistory()
@@ -340,8 +344,10 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
     and so estimated within a factor 1.25 of the best measured time is fitted
     once to measure it. The rule is deterministic; ``choice_reason_`` says
     which one applied, and the decision is logged at INFO.
-    :func:`clear_plan_history` forgets the measurements (at most 256 keys are
-    kept, least recently used dropped first). The history is per process: the
+    :func:`clear_plan_history` forgets the measurements (at most
+    ``plan_history_size`` keys are kept, 256 by default, least recently used
+    dropped first: :func:`~ilargi_sklearn.set_config`; a root dataset's go with
+    it). The history is per process: the
     worker processes of a parallel search (``n_jobs``) each learn their own.
 
     If the chosen plan fails for a resource reason (``MemoryError``, GPU out of
@@ -562,7 +568,8 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
         self.measured_seconds_ = measured
         if work is not None:
             rows = max(n_rows, 1.0)
-            _HISTORY.record(work, states[plan], seconds / rows)
+            root = getattr(X, "_root_operator", None)
+            _HISTORY.record(work, states[plan], seconds / rows, root=root)
             rep, device = split_plan(plan)
             join = (
                 materialization_seconds(X, device)
@@ -575,7 +582,11 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
                 # the next fit would explore that state anew, at a fit's cost).
                 cached_state = (plan, True, states[plan][2])
                 _HISTORY.record(
-                    work, cached_state, max(seconds - join, 0.0) / rows, replace=False
+                    work,
+                    cached_state,
+                    max(seconds - join, 0.0) / rows,
+                    replace=False,
+                    root=root,
                 )
         if hasattr(est, "n_features_in_"):
             self.n_features_in_ = est.n_features_in_

@@ -960,7 +960,9 @@ def _train_and_install(
         ``"if_better"``: save the new model only when, on the new records, its
         cross-validated median absolute log10 error is no larger than the current
         model's and its plan choices lose no more time; otherwise keep the current
-        one. ``"always"``: save it in any case (the figures are still computed).
+        one. A file at the destination that cannot be loaded (damaged, or without
+        its checksum) is always replaced. ``"always"``: save it in any case (the
+        figures are still computed).
     n_folds : int, default=MAX_FOLDS
         Most folds of the cross-validation over the new workloads.
     **train_params
@@ -1013,6 +1015,11 @@ def _train_and_install(
         new_fig = _figures(new_records, [predicted[i] for i in new_idx])
     if install == "always":
         go, reason = True, "install='always'"
+    elif dest.is_file() and not current.is_learned:
+        # The file at the destination failed its checksum or could not be read
+        # (``load_cost_model`` warned and fell back): keeping it would keep a model
+        # that no plan can use, whatever the figures of the fallback say.
+        go, reason = True, f"the current model at {dest} could not be loaded"
     elif not new_records:
         go, reason = False, "no records new to the current model to judge a new one on"
     elif not trains:

@@ -82,9 +82,9 @@ def _nnz(S: Any) -> int:
     return int(S.nnz) if sp.issparse(S) else int(np.count_nonzero(S))
 
 
-# Host datasets -> their figures: a search's candidates fit the same fold slices
-# (kept by the slice memo, ``multisource._stats_cache``), whose figures are then
-# counted once. Weak keys: a figure never keeps a dataset alive.
+# Host datasets' operators -> their figures: a search's candidates fit slices of
+# the same gathered rows (the slice memo, ``multisource._slices``), whose figures
+# are then counted once. Weak keys: a figure never keeps an operator alive.
 _DATA_FEATURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -111,12 +111,16 @@ def data_features(X: Any) -> dict[str, Any]:
         isinstance(X, MultiSourceDataset) and str(getattr(X, "device", "cpu")) == "cpu"
     )
     if host:
-        known = _DATA_FEATURES.get(X)
-        if known is not None:
-            return dict(known)
+        # Keyed by the operator, which the slices of one index array share (each
+        # ``ds[idx]`` is a new dataset), with the root it was sliced from.
+        root = getattr(X, "_root_operator", None)
+        sig = (id(root), getattr(X, "_root_rows", None) is None)
+        known = _DATA_FEATURES.get(X.operator)
+        if known is not None and known[0] == sig:
+            return dict(known[1])
     out = _data_features(X)
     if host:
-        _DATA_FEATURES[X] = dict(out)
+        _DATA_FEATURES[X.operator] = (sig, dict(out))
     return out
 
 

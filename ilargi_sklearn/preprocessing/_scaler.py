@@ -15,7 +15,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ilargi_sklearn._backend._namespace import asarray_on, namespace_dtype, to_numpy
 from ilargi_sklearn.multisource import AffineOperator, MultiSourceDataset
-from ilargi_sklearn.utils._stats import column_variances
+from ilargi_sklearn.multisource._statistics import column_variances
 from ilargi_sklearn.utils._validation import (
     DEVICE_OPTIONS,
     Caller,
@@ -31,7 +31,7 @@ def _mean_var(op, sample_weight):
     """Weighted column means and (biased) variances from factorized column sums.
 
     The sums are those of the design with its columns of large mean shifted by a
-    pilot value (:func:`~ilargi_sklearn.utils._stats.column_variances`): ``E[x^2]
+    pilot value (:func:`~ilargi_sklearn.multisource._statistics.column_variances`): ``E[x^2]
     - E[x]^2`` of the raw columns would lose a column whose mean is large against
     its spread (at a ratio of 1e8, all of it). The n-length reductions run where
     ``op`` lives; the (n_features,) sums come to the host, where the statistics

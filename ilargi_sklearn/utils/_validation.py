@@ -22,7 +22,7 @@ from ilargi_sklearn._backend._plan import (
     DeviceUnavailableError,
 )
 from ilargi_sklearn.multisource import MatrixOperator, MultiSourceDataset, Operator
-from ilargi_sklearn.multisource._stats_cache import register_lineage
+from ilargi_sklearn.multisource._lineage import lineage_of
 
 __all__ = [
     "DEVICE_OPTIONS",
@@ -243,7 +243,8 @@ def validate_X(
     accept_sparse: bool = True,
     ensure_non_negative: bool = False,
     device: str = "auto",
-) -> Operator:
+    return_lineage: bool = False,
+) -> Any:
     """Validate ``X`` once at the estimator boundary and return its operator.
 
     A :class:`MultiSourceDataset` gives its (factorized) operator, or the materialized
@@ -257,7 +258,28 @@ def validate_X(
     or ``"gpu"`` (a dataset moves once, through its cached
     :meth:`~MultiSourceDataset.to_device` copy; an array is copied for this call).
     Non-NumPy arrays are validated in their own namespace.
+
+    ``return_lineage``: also return the operator's lineage
+    (:func:`~ilargi_sklearn.multisource._lineage.lineage_of`, None for an
+    array), the key under which the gram-based fits share their statistics;
+    the fit hands it to them explicitly. Nothing is recorded anywhere.
     """
+    op, lineage = _validate_X(
+        estimator, X, reset, strategy, accept_sparse, ensure_non_negative, device
+    )
+    return (op, lineage) if return_lineage else op
+
+
+def _validate_X(
+    estimator: Any,
+    X: Any,
+    reset: bool,
+    strategy: str,
+    accept_sparse: bool,
+    ensure_non_negative: bool,
+    device: str,
+) -> tuple[Operator, Any]:
+    """:func:`validate_X`'s work: the operator and its lineage (None: an array)."""
     check_strategy(strategy)
     check_device(device)
     if isinstance(X, MultiSourceDataset) and device != "auto":
@@ -270,7 +292,7 @@ def validate_X(
             raise ValueError(
                 f"Negative values in data passed to {type(estimator).__name__}."
             )
-        return op
+        return op, None
     if isinstance(X, MultiSourceDataset):
         n_rows, n_features = X.shape
         name = type(estimator).__name__
@@ -310,10 +332,7 @@ def validate_X(
             _check_non_negative_operator(X.operator, name)
         _check_missing_values(estimator, X, name)
         op = X.operator_for(strategy)
-        # The operator does not know the dataset it came from: the statistics
-        # cache (utils._stats.centered_gram) learns it here, for every estimator.
-        register_lineage(op, X, strategy)
-        return op
+        return op, lineage_of(X, op, strategy)
     check_real(X, "X", type(estimator).__name__)
     X = validate_data(
         estimator,
@@ -326,8 +345,8 @@ def validate_X(
     if device == "gpu":
         import array_api_compat.cupy as xp_cupy
 
-        return MatrixOperator(asarray_on(X, xp_cupy))
-    return MatrixOperator(X)
+        return MatrixOperator(asarray_on(X, xp_cupy)), None
+    return MatrixOperator(X), None
 
 
 def _check_missing_values(estimator: Any, X: MultiSourceDataset, name: str) -> None:
@@ -393,7 +412,8 @@ def validate_fit_inputs(
     strategy: str = "factorized",
     reset: bool = True,
     non_negative_weights: bool = False,
-) -> tuple[Operator, Any, Any, float]:
+    return_lineage: bool = False,
+) -> tuple:
     """The fit preamble: validate ``X``, ``y`` and ``sample_weight`` once and place
     them on the estimator's device (its ``device`` parameter).
 
@@ -419,6 +439,9 @@ def validate_fit_inputs(
         ensure_non_negative=True)`` does (scikit-learn's ``LinearRegression``;
         the estimators whose scikit-learn counterpart fails on them deep inside,
         with NaN, refuse them here with its message).
+    return_lineage : bool, default=False
+        Also return the design's lineage (see :func:`validate_X`): the
+        gram-based estimators hand it to their statistics.
 
     Returns
     -------
@@ -430,13 +453,20 @@ def validate_fit_inputs(
         float64 weights on ``op``'s device; None for unit weights.
     sw_sum : float
         ``sum(sample_weight)`` (``n_samples`` for unit weights), summed on the host.
+    lineage : Lineage or None
+        Only with ``return_lineage``.
     """
     from sklearn.utils.validation import _check_sample_weight
 
     check_dataset_rows(X, y, "y")
     check_dataset_rows(X, sample_weight, "sample_weight")
-    op = validate_X(
-        estimator, X, reset=reset, strategy=strategy, device=estimator.device
+    op, lineage = validate_X(
+        estimator,
+        X,
+        reset=reset,
+        strategy=strategy,
+        device=estimator.device,
+        return_lineage=True,
     )
     if target is not None:
         if y is None:
@@ -457,6 +487,8 @@ def validate_fit_inputs(
         )
         sw_sum = float(np.sum(sample_weight))
         sample_weight = asarray_on(sample_weight, op.xp, op.device)
+    if return_lineage:
+        return op, y, sample_weight, sw_sum, lineage
     return op, y, sample_weight, sw_sum
 
 

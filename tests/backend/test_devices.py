@@ -247,7 +247,7 @@ def test_probe_reports_a_failing_smoke_test(fresh_probe):
 
 # -- benchmarks/gpu_check.py: the no-GPU line and the dry run ---------------------------
 def _gpu_check():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
     spec = importlib.util.spec_from_file_location("_gpu_check_under_test", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,10 +1,12 @@
 """The statistics cache: a grid search computes each fold's statistics once.
 
-``utils._stats.centered_gram`` keeps the raw sums of every (root dataset, rows,
-weights, target) in ``multisource._stats_cache`` and downdates a training fold's
-gram from its root's. These tests count the operator's gram passes, compare cached
-searches with uncached ones and with scikit-learn on the joined matrix, and check
-the guard, the key, the bound, the release and pickling.
+``multisource._statistics.centered_gram`` keeps the raw sums of every (root dataset, rows,
+weights, target) in ``multisource._stats_cache`` and, with the
+``statistics_downdating`` setting on (as every test here opts in: it is off by
+default), downdates a training fold's gram from its root's. These tests count the
+operator's gram passes, compare cached searches with uncached ones and with
+scikit-learn on the joined matrix, and check the guard, the key, the bound, the
+release and pickling.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from sklearn.linear_model import Lasso, LinearRegression, Ridge
 from sklearn.model_selection import GridSearchCV, KFold
 from sklearn.pipeline import Pipeline
 
-from ilargi_sklearn import FactorizedStandardScaler, MultiSourceDataset
+from ilargi_sklearn import FactorizedStandardScaler, MultiSourceDataset, set_config
 from ilargi_sklearn.datasets import make_multi_source
 from ilargi_sklearn.linear_model import (
     FactorizedLasso,
@@ -34,8 +36,9 @@ from ilargi_sklearn.multisource import (
     clear_statistics_cache,
     set_statistics_cache,
 )
-from ilargi_sklearn.multisource._stats_cache import _SLICES, _STATS
-from ilargi_sklearn.utils._stats import FoldStatistics, centered_gram
+from ilargi_sklearn.multisource._slices import _SLICES
+from ilargi_sklearn.multisource._statistics import FoldStatistics, centered_gram
+from ilargi_sklearn.multisource._stats_cache import _STATS
 from ilargi_sklearn.utils._validation import validate_X
 
 N_FOLDS = 5
@@ -43,7 +46,10 @@ N_FOLDS = 5
 
 @pytest.fixture(autouse=True)
 def fresh_cache():
+    # The suite's own fixture (conftest.py) resets every cache and setting after
+    # each test; these tests of the cache opt in to downdating.
     set_statistics_cache()
+    set_config(statistics_downdating=True)
     yield
     set_statistics_cache()
 
@@ -178,8 +184,8 @@ def test_process_search_equals_sequential():
 
 
 def _stats(ds):
-    est = FactorizedRidge()
-    return centered_gram(validate_X(est, ds, reset=True), None, True)
+    op, lineage = validate_X(FactorizedRidge(), ds, reset=True, return_lineage=True)
+    return centered_gram(op, None, True, lineage=lineage)
 
 
 def test_downdating_equals_direct():
@@ -310,11 +316,11 @@ def test_released_with_the_dataset(rows):
     FactorizedRidge().fit(ds[rows], y[rows])
     FactorizedRidge().fit(ds, y)
     token = ds._root_token
-    assert any(k[0] is token for k in _STATS._entries)
+    assert _STATS.keys(token)
     del ds
     gc.collect()
-    assert not any(k[0] is token for k in _STATS._entries)
-    assert id(token) not in _STATS._counters
+    assert not _STATS.keys(token)
+    assert token not in _STATS._groups
 
 
 def test_cache_info_is_shared_by_slices():
@@ -376,10 +382,10 @@ def test_pickled_dataset_leaves_the_cache_behind():
 
 def test_results_are_not_shared_arrays():
     ds, y = star(n_rows=300, seed=14)
-    a = centered_gram(validate_X(FactorizedRidge(), ds, reset=True), None, True)
+    a = _stats(ds)
     a.G[:] = 0.0
     a.mu[:] = 0.0
-    b = centered_gram(validate_X(FactorizedRidge(), ds, reset=True), None, True)
+    b = _stats(ds)
     assert ds.cache_info()["statistics"]["hits"] == 1
     assert np.abs(b.G).max() > 0 and np.abs(b.mu).max() > 0
 
@@ -496,21 +502,24 @@ def test_a_search_slices_each_fold_once():
     ds, _ = star(seed=8)
     rows = np.arange(0, len(ds), 3)
     first = ds[rows]
-    # The same index array (what a search hands every candidate): the same slice.
-    assert ds[rows] is first and ds[rows, ...] is first
+    # The same index array (what a search hands every candidate): a new dataset
+    # over the same gathered rows.
+    for again in (ds[rows], ds[rows, ...]):
+        assert again is not first and again.operator is first.operator
     # An equal array elsewhere, or the array changed in place: sliced afresh.
-    assert ds[rows.copy()] is not first
+    assert ds[rows.copy()].operator is not first.operator
     rows[0] = 1
     again = ds[rows]
-    assert again is not first
+    assert again.operator is not first.operator
     np.testing.assert_array_equal(
         again.materialize("dense"), ds.materialize("dense")[rows]
     )
     # A kept slice counts its own bytes: its operator's less the joined sources
     # it shares with its root.
     shared = sum(t.S.nbytes for t in ds.operator.terms if not t.rows.is_identity)
-    assert _SLICES._bytes >= again.operator.nbytes - shared > 0
-    # Off with the statistics cache: nothing is kept.
+    assert _SLICES.nbytes >= again.operator.nbytes - shared > 0
+    # Off with the statistics cache (the old knob bounds the memo too): nothing
+    # is kept.
     set_statistics_cache(0)
-    assert ds[rows] is not ds[rows]
-    assert not _SLICES._entries and _SLICES._bytes == 0
+    assert ds[rows].operator is not ds[rows].operator
+    assert len(_SLICES) == 0 and _SLICES.nbytes == 0

@@ -535,7 +535,7 @@ def test_ridge_regression_kernel_takes_explicit_arguments(scenario, monkeypatch)
     # _ridge_regression: all parameters explicit, nothing read off an estimator.
     # With the statistics given, the direct solve forms no gram of its own.
     from ilargi_sklearn.multisource import FactorizedMatrix, set_statistics_cache
-    from ilargi_sklearn.utils._stats import centered_gram
+    from ilargi_sklearn.multisource._statistics import centered_gram
 
     ds, T, Y, sw = _data(4, scenario)
     op = ds.operator

@@ -37,6 +37,12 @@ from ilargi_sklearn.planner._work import Work
 HW = {"cpu_cores": 2, "gemm_gflops": 20.0, "mem_bandwidth_gbs": 8.0}
 
 
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path_factory, monkeypatch):
+    """Hardware figures go to a temporary cache, never the user's."""
+    monkeypatch.setenv("ILARGI_CACHE_DIR", str(tmp_path_factory.getbasetemp()))
+
+
 def _public_estimators():
     """Every estimator class of ``ilargi_sklearn.__all__`` that fits a dataset
     (AutoPlan is the planner itself)."""

@@ -606,7 +606,10 @@ def test_statistics_cache_is_looked_up_not_computed(reg, monkeypatch):
 
 def test_root_statistics_predict_the_downdate(reg):
     """With the root's gram cached, a large fold is predicted at the cost of the
-    gram of the rows it leaves out."""
+    gram of the rows it leaves out (with downdating on: off by default)."""
+    from ilargi_sklearn import set_config
+
+    set_config(statistics_downdating=True)
     ds, y = reg.dataset, reg.target
     FactorizedRidge().fit(ds, y)  # the root's statistics
     train = np.arange(0, 450)

@@ -407,6 +407,89 @@ def test_find_thresholds_weighted_distinct_values():
         )
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+def test_binning_a_column_as_sklearn(monkeypatch, compiled):
+    """The bins of a column (compiled binary search or NumPy's searchsorted),
+    strided as a source's column is: those of scikit-learn's _BinMapper, with
+    values on the thresholds, infinities and NaN (the missing bin)."""
+    from ilargi_sklearn._backend import _launcher
+    from ilargi_sklearn.ensemble._binning import BinMapper
+
+    launched = []
+    launch = _launcher.launch
+    monkeypatch.setattr(
+        _launcher,
+        "launch",
+        lambda name, *a: (launched.append(name), launch(name, *a))[1],
+    )
+    if not compiled:
+        monkeypatch.setenv("ILARGI_SKLEARN_NO_NUMBA", "1")
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(300_000, 2))
+    X[::7, 0] = np.round(X[::7, 0], 1)
+    X[::11, 0] = np.nan
+    X[100, 0], X[101, 0] = np.inf, -np.inf
+    ref = _BinMapper(n_bins=256, random_state=0).fit(X[:, :1])
+    t = ref.bin_thresholds_[0]
+    X[:50, 0] = t[:50]
+    mapper = BinMapper(256)
+    mapper.bin_thresholds_ = [t]
+    mapper.is_categorical_ = np.zeros(1, dtype=np.uint8)
+    out = np.zeros((X.shape[0], 2), dtype=np.uint8)
+    mapper._bin_column(X[:, 0], 0, out[:, 1])
+    np.testing.assert_array_equal(out[:, 1], ref.transform(X[:, :1])[:, 0])
+    assert out[0, 1] == 0 and out[55, 1] == 255 and out[100, 1] == t.shape[0]
+    assert out[101, 1] == 0
+    assert not out[:, 0].any()
+    # A column of few distinct values (few thresholds, midpoints).
+    few = rng.integers(0, 10, X.shape[0]).astype(np.float64)
+    ref_few = _BinMapper(n_bins=256, random_state=0).fit(few[:, None])
+    mapper.bin_thresholds_ = ref_few.bin_thresholds_
+    mapper._bin_column(few, 0, out[:, 0])
+    np.testing.assert_array_equal(out[:, 0], ref_few.transform(few[:, None])[:, 0])
+    assert out[:, 0].max() == 9
+    assert launched == (["tree_bin"] * 2 if compiled else [])
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_leaf_values_added_at_their_rows(monkeypatch, compiled):
+    """The raw predictions of a fit move by each leaf's value at the leaf's
+    rows (read off the partition): the tree's prediction of its rows."""
+    from ilargi_sklearn.ensemble._grower import TreeGrower
+    from ilargi_sklearn.ensemble._histogram import HistogramBuilder
+
+    if not compiled:
+        monkeypatch.setenv("ILARGI_SKLEARN_NO_NUMBA", "1")
+    ds, joined, y = star_frames(15, n=2000)
+    model = Reg(max_iter=1, **NO_ES)
+    groups, n = model._check_X(ds, reset=True)
+    model._random_seed = 0
+    mapper = model._fit_bin_mapper(groups, np.arange(n), None, n)
+    model._bin_mapper = mapper
+    data = model._bin(groups, n)
+    g = (np.mean(y) - y).astype(np.float32)
+    builder = HistogramBuilder(data, 256)
+    grower = TreeGrower(
+        data,
+        g,
+        np.ones(1, dtype=np.float32),
+        builder,
+        max_leaf_nodes=8,
+        n_bins_non_missing=mapper.n_bins_non_missing_,
+        has_missing_values=model._has_missing(data, 255),
+        shrinkage=0.5,
+    )
+    grower.grow()
+    assert len(grower.finalized_leaves) == 8
+    raw = np.full(n, 2.0)
+    grower.add_leaf_values(raw)
+    builder.end_tree()
+    expected = np.full(n, 2.0)
+    grower.make_predictor(mapper.bin_thresholds_).predict_binned(data, 255, expected)
+    np.testing.assert_allclose(raw, expected, rtol=1e-15)
+    assert np.unique(raw).shape[0] == 8
+
+
 # --------------------------------------------------------- categorical columns
 def test_categorical_columns_split_natively():
     ds, joined, y = star_frames(8, n=1500)
@@ -562,20 +645,101 @@ def test_grouped_and_rowwise_histograms_agree():
     row = np.full(data.n_groups, ROWWISE)
     grouped = row.copy()
     grouped[dims] = GROUPED
-    a = build_histograms(data, rows, g, h, row, 256)
-    b = build_histograms(data, rows, g, h, grouped, 256)
+    src = [data.rows_of(k, rows) for k in range(data.n_groups)]
+    a = build_histograms(data, src, g[rows], h[rows], row, 256)
+    b = build_histograms(data, src, g[rows], h[rows], grouped, 256)
     np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
     # A direct count over the joined binned column.
     f = int(np.flatnonzero(data.feature_group == dims[0])[0])
     col = data.column(f, rows)
     np.testing.assert_array_equal(a[f, :, 2], np.bincount(col, minlength=256))
     builder = HistogramBuilder(data, 256)
-    np.testing.assert_allclose(builder.build(rows, g, h), a, rtol=1e-10, atol=1e-10)
-    # The cost model sends a repeated dimension to the grouped build and keeps
+    builder.start_tree(g.copy(), h.copy())
+    np.testing.assert_allclose(
+        builder.build(0, n),
+        build_histograms(
+            data, [data.rows_of(k) for k in range(data.n_groups)], g, h, row, 256
+        ),
+        rtol=1e-10,
+        atol=1e-10,
+    )
+    # The cost model sends a repeated dimension to a grouped build and keeps
     # the base table row-wise.
     modes = builder.modes(3000)
-    assert modes[dims[0]] == GROUPED
+    assert modes[dims[0]] != ROWWISE
     assert all(modes[k] == ROWWISE for k in range(data.n_groups) if k not in dims)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_split_moves_the_rows_and_their_gradients(compiled):
+    """A split partitions the node's positions stably (left rows first, each
+    side in order), and every array kept in that order moves with its row:
+    the source rows of each dimension, the gradients and hessians. Each
+    histogram mode of the compiled kernel then gives the reference's sums on
+    the child's rows."""
+    from ilargi_sklearn.ensemble._histogram import (
+        HistogramBuilder,
+        build_histograms,
+    )
+    from ilargi_sklearn.ensemble._trees_numba import GROUPED, GROUPED_DENSE, ROWWISE
+
+    ds, joined, y = star_frames(14, n=3000)
+    model = Reg(max_iter=1, **NO_ES)
+    groups, n = model._check_X(ds, reset=True)
+    model._random_seed = 0
+    model._bin_mapper = model._fit_bin_mapper(groups, np.arange(n), None, n)
+    data = model._bin(groups, n)
+    rng = np.random.default_rng(1)
+    g = rng.normal(size=n).astype(np.float32)
+    h = rng.random(n).astype(np.float32)
+    idx = [ix.copy() for ix in data.idx]
+    builder = HistogramBuilder(data, 256)
+    builder.start_tree(g.copy(), h.copy())
+    builder.compiled = compiled
+    missing_bin = 255
+    dims = [k for k in range(data.n_groups) if data.idx[k].shape[0]]
+    f_dim = int(np.flatnonzero(data.feature_group == dims[0])[0])
+    f_base = int(np.flatnonzero(data.feature_group != dims[0])[0])
+    # Split all rows on a dimension's column, then the left child on another.
+    nl = builder.split(0, n, f_dim, 100, True, missing_bin, None)
+    b = data.column(f_dim)
+    left = (b <= 100) | (b == missing_bin)
+    expected = np.concatenate([np.flatnonzero(left), np.flatnonzero(~left)])
+    assert nl == int(left.sum())
+    np.testing.assert_array_equal(builder.partition, expected)
+    rows = builder.partition[:nl]
+    nl2 = builder.split(0, nl, f_base, 50, False, missing_bin, None)
+    b2 = data.column(f_base, rows)
+    left2 = b2 <= 50
+    expected2 = np.concatenate([rows[left2], rows[~left2]])
+    assert nl2 == int(left2.sum())
+    np.testing.assert_array_equal(builder.partition[:nl], expected2)
+    p = builder.partition
+    np.testing.assert_array_equal(builder.gradients, g[p])
+    np.testing.assert_array_equal(builder.hessians, h[p])
+    for k in range(data.n_groups):
+        key = builder.keys[builder.key_of[k]]
+        np.testing.assert_array_equal(key, p if idx[k].shape[0] == 0 else idx[k][p])
+    # The histograms of the right child of the second split, per mode.
+    child = p[nl2:nl]
+    ref = build_histograms(
+        data,
+        [child if ix.shape[0] == 0 else ix[child] for ix in idx],
+        g[child],
+        h[child],
+        np.full(data.n_groups, ROWWISE),
+        256,
+    )
+    assert ref[:, :, 2].sum() == child.shape[0] * data.feature_group.shape[0]
+    for mode in (ROWWISE, GROUPED, GROUPED_DENSE):
+        builder.modes = lambda n_node, mode=mode: np.where(
+            np.isin(np.arange(data.n_groups), dims), mode, ROWWISE
+        )
+        np.testing.assert_allclose(builder.build(nl2, nl), ref, rtol=1e-10, atol=1e-10)
+    # After the tree, the index vectors are back in target-row order.
+    builder.end_tree()
+    for k in range(data.n_groups):
+        np.testing.assert_array_equal(data.idx[k], idx[k])
 
 
 def test_nan_inside_a_source_is_missing():

@@ -37,7 +37,8 @@ from ilargi_sklearn._backend._namespace import (
     to_numpy,
 )
 from ilargi_sklearn._backend._ops import sum_axis0
-from ilargi_sklearn.multisource import _stats_cache
+from ilargi_sklearn._config import get_config
+from ilargi_sklearn.multisource._lineage import ROOT, UNIT, Lineage, array_key
 from ilargi_sklearn.multisource._operators import (
     AffineOperator,
     FactorizedMatrix,
@@ -45,7 +46,7 @@ from ilargi_sklearn.multisource._operators import (
     sample_columns,
     shift_columns,
 )
-from ilargi_sklearn.multisource._stats_cache import _STATS, digest
+from ilargi_sklearn.multisource._stats_cache import _STATS, has_gram_entry
 
 logger = logging.getLogger(__name__)
 
@@ -319,15 +320,17 @@ def centered_gram(
     Y: Any = None,
     *,
     gram: bool = True,
+    lineage: Lineage | None = None,
 ) -> GramStats:
     """The :class:`GramStats` of ``op`` (and of a target ``Y``, where ``op`` lives).
 
-    When ``op`` came from a :class:`~ilargi_sklearn.MultiSourceDataset` (through
-    ``validate_X``), its raw sums are cached on the dataset's lineage (see
-    :func:`~ilargi_sklearn.multisource.set_statistics_cache`): the
-    candidates of a grid search compute each fold's statistics once. A cached entry
-    gives bit for bit what computing does, except a downdated gram (a training
-    fold's gram as the root's minus the test rows', :func:`_downdated_sums`),
+    With the ``lineage`` of ``op`` (computed at the estimator's boundary,
+    ``validate_X(..., return_lineage=True)``), its raw sums are cached on it
+    (the ``statistics_cache_bytes`` setting, :func:`~ilargi_sklearn.set_config`):
+    the candidates of a grid search compute each fold's statistics once. A cached
+    entry gives bit for bit what computing does, except a downdated gram (a
+    training fold's gram as the root's minus the test rows',
+    :func:`_downdated_sums`, only with the ``statistics_downdating`` setting on),
     which agrees to rounding (guarded, within the estimators' 1e-8).
 
     Parameters
@@ -343,8 +346,13 @@ def centered_gram(
         False: the same statistics without the gram (``G`` and ``D`` are None),
         for the iterative solvers that only need the means and ``T^T S Y``
         (one ``col_sums`` and one ``rmatmul`` pass, no ``gram``).
+    lineage : Lineage, optional
+        Where ``op``'s rows come from (:func:`~ilargi_sklearn.multisource._lineage.lineage_of`);
+        None: computed, not cached.
     """
-    xs, ys = _raw_sums(op, sample_weight, Y, gram, col_sums=fit_intercept)
+    xs, ys = _raw_sums(
+        op, sample_weight, Y, gram, col_sums=fit_intercept, lineage=lineage
+    )
     return _centered(xs, ys, fit_intercept, gram, op.n_cols)
 
 
@@ -362,13 +370,19 @@ class _Design:
 
 
 def _raw_sums(
-    op: Any, sample_weight: Any, Y: Any, gram: bool, col_sums: bool
+    op: Any,
+    sample_weight: Any,
+    Y: Any,
+    gram: bool,
+    col_sums: bool,
+    lineage: Lineage | None = None,
 ) -> tuple[_XSums, _YSums | None]:
-    """The raw sums of ``op`` (and ``Y``), from the cache where ``op`` has a
-    lineage (the cached ones always carry the column sums). The target's sums are
-    formed with the design's shift (that of the entry found, which may come from
-    the root's, see :func:`_downdated_sums`)."""
-    lineage = _stats_cache.lineage_of(op) if _STATS.max_bytes > 0 else None
+    """The raw sums of ``op`` (and ``Y``), from the cache where the caller gave
+    ``op``'s lineage (the cached ones always carry the column sums). The target's
+    sums are formed with the design's shift (that of the entry found, which may
+    come from the root's, see :func:`_downdated_sums`)."""
+    if not _STATS.enabled:
+        lineage = None
     if lineage is None:
         design = _Design(op, choose_shift(op))
         y_shift = None if Y is None else choose_target_shift(Y)
@@ -378,15 +392,17 @@ def _raw_sums(
         xs = _x_sums(op, sample_weight, gram, col_sums=col_sums, design=design)
         ys = None if Y is None else _y_sums(op, sample_weight, Y, design, y_shift)
         return xs, ys
-    w_key = _stats_cache.UNIT if sample_weight is None else digest(sample_weight)
+    # The weights and the target are keyed where they live (a device array is
+    # reduced on its device, never copied to the host for a key).
+    w_key = array_key(sample_weight)
     xs = _cached_x_sums(op, lineage, sample_weight, w_key, gram)
     ys = None
     if Y is not None:
         design = _Design(op, xs.shift)
         ys = _STATS.get_or_compute(
-            lineage.key() + ("Y", w_key, digest(Y), xs.shift.key),
-            _accept_any,
+            lineage.key() + ("Y", w_key, array_key(Y), xs.shift.key),
             lambda: _sized(_y_sums(op, sample_weight, Y, design)),
+            _accept_any,
             "target sums",
         )
     return xs, ys
@@ -431,10 +447,6 @@ class _YSums:
 
 def _accept_any(_: Any) -> bool:
     return True
-
-
-def _has_gram(sums: _XSums) -> bool:
-    return sums.gram is not None
 
 
 def _sized(sums: Any) -> tuple[Any, int]:
@@ -585,11 +597,16 @@ def centered_products(op: Any, stats: GramStats) -> tuple[Any, np.ndarray]:
 
 
 def _cached_x_sums(
-    op: Any, lineage: Any, sample_weight: Any, w_key: str, gram: bool
+    op: Any, lineage: Lineage, sample_weight: Any, w_key: str, gram: bool
 ) -> _XSums:
+    root = lineage.root
+    if root is not None:
+        # The root's entries go when its operator is collected.
+        _STATS.watch(root, group=lineage.token)
+
     def compute() -> tuple[_XSums, int]:
         sums = None
-        if gram and sample_weight is None:
+        if gram and sample_weight is None and get_config()["statistics_downdating"]:
             sums = _downdated_sums(lineage)
         if sums is None:
             # Column sums always: the entry then serves fits with and without an
@@ -599,8 +616,8 @@ def _cached_x_sums(
 
     return _STATS.get_or_compute(
         lineage.key() + ("X", w_key),
-        _has_gram if gram else _accept_any,
         compute,
+        has_gram_entry if gram else _accept_any,
         "gram" if gram else "column sums",
     )
 
@@ -647,18 +664,18 @@ def _downdated_sums(lineage: Any) -> _XSums | None:
     root_op = lineage.root
     if root_op is None:
         return None
-    root_key = lineage.key(_stats_cache.ROOT) + ("X", _stats_cache.UNIT)
+    root_key = lineage.key(ROOT) + ("X", UNIT)
     n_large = 0
     if rows.shape[0] >= _ROOT_PASS_SHARE * n_root:
-        n_large = _STATS.note_large_slice(lineage.token, lineage.rows_key)
-    root = _STATS.peek(root_key, _has_gram)
+        n_large = _STATS.note(lineage.token, "large_slices", lineage.rows_key)
+    root = _STATS.get(root_key, has_gram_entry, count=False)
     if root is None:
         if n_large < 2:
             return None
         root = _STATS.get_or_compute(
             root_key,
-            _has_gram,
             lambda: _sized(_x_sums(root_op, None, True, col_sums=True)),
+            has_gram_entry,
             "root gram",
         )
     test = np.ones(n_root, dtype=bool)
@@ -759,8 +776,8 @@ class FoldStatistics:
     """The statistics of a K-fold cross-validation of one design, in about two
     passes over the rows instead of K.
 
-    The raw sums of all rows are computed once (from the cache where ``op`` has a
-    lineage: the refit on all rows then finds them); per fold, the test rows'
+    The raw sums of all rows are computed once (from the cache where ``lineage``
+    is given: the refit on all rows then finds them); per fold, the test rows'
     directly (the smaller pass) and the training rows' as their difference, under
     the guard of :func:`_difference` (and the same bound on the targets' squared
     mass), falling back to the training rows' own pass where it refuses. The
@@ -775,12 +792,24 @@ class FoldStatistics:
     Y : array of shape (n_samples, n_targets), float64
         Where ``op`` lives.
     fit_intercept : bool
+    lineage : Lineage, optional
+        Where ``op``'s rows come from (None: not cached).
     """
 
-    def __init__(self, op: Any, sample_weight: Any, Y: Any, fit_intercept: bool):
+    def __init__(
+        self,
+        op: Any,
+        sample_weight: Any,
+        Y: Any,
+        fit_intercept: bool,
+        *,
+        lineage: Lineage | None = None,
+    ):
         self.op, self.sample_weight, self.Y = op, sample_weight, Y
         self.fit_intercept = fit_intercept
-        self._all = _raw_sums(op, sample_weight, Y, True, col_sums=True)
+        self._all = _raw_sums(
+            op, sample_weight, Y, True, col_sums=True, lineage=lineage
+        )
         # The test rows' sums are formed with all rows' pilots (additive).
         self._design_shift = self._all[0].shift
         #: Folds whose training statistics were computed directly (the guard).

@@ -14,7 +14,7 @@ from test_cli import SPEC, run, variant, write_star
 
 from ilargi_sklearn.cli._checks import ESTIMATORS, estimator_names
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -23,7 +23,7 @@ from ilargi_sklearn.cli._cv import strategy_of
 from ilargi_sklearn.cli._demo import merge_and_encode
 from ilargi_sklearn.cli._toml import find_line
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 HAS_MPL = importlib.util.find_spec("matplotlib") is not None
 
 

@@ -25,8 +25,8 @@ from sklearn.utils._param_validation import InvalidParameterError
 
 from ilargi_sklearn._backend import _launcher
 from ilargi_sklearn.linear_model import FactorizedElasticNet, FactorizedLasso, _cd_gram
+from ilargi_sklearn.multisource._statistics import centered_gram
 from ilargi_sklearn.preprocessing import FactorizedStandardScaler
-from ilargi_sklearn.utils._stats import centered_gram
 from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
 
 # Tight enough that both solvers are at the optimum to about 1e-8 relative. In

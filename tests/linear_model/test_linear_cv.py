@@ -22,8 +22,8 @@ from ilargi_sklearn.linear_model import (
     _ridge_cv,
 )
 from ilargi_sklearn.multisource import FactorizedMatrix, set_statistics_cache
+from ilargi_sklearn.multisource._statistics import centered_gram
 from ilargi_sklearn.preprocessing import FactorizedStandardScaler
-from ilargi_sklearn.utils._stats import centered_gram
 from ilargi_sklearn.utils._testing import SCENARIOS
 
 ALPHAS = np.logspace(-3, 3, 13)
@@ -386,7 +386,7 @@ def test_ridge_work_does_not_grow_with_alphas(
     # forms go per pair of sources, not through these calls.
     assert counter.calls == {"gram": 1, "matmul": 1, "rmatmul": 1}
     counter.calls.update(gram=0, matmul=0, rmatmul=0)
-    with caplog.at_level("DEBUG", logger="ilargi_sklearn.utils._stats"):
+    with caplog.at_level("DEBUG", logger="ilargi_sklearn.multisource._statistics"):
         FactorizedRidgeCV(alphas=alphas, cv=3).fit(ds, y)
     # All rows and the three test folds (their training folds are the
     # difference, except where the guard computed one directly: on these 90 rows

@@ -26,15 +26,14 @@ from _helpers import dense
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ilargi_sklearn.multisource import Join, MultiSourceDataset
-from ilargi_sklearn.multisource._interop import (
+from ilargi_sklearn.datasets._io import (
     MalformedRowError,
-    MissingColumnsError,
     _count_fields_exactly,
     _FieldCounter,
-    as_pandas,
     read_table,
 )
+from ilargi_sklearn.multisource import Join, MultiSourceDataset
+from ilargi_sklearn.multisource._interop import MissingColumnsError, as_pandas
 
 # ----------------------------------------------------------------------------------
 # as_pandas
@@ -438,7 +437,7 @@ def test_malformed_rows_are_counted(tmp_path):
 def test_quote_inside_a_field_is_recounted_and_logged(tmp_path, caplog):
     path = tmp_path / "t.csv"
     path.write_text('a,b,c\n1,5" disk,3\n4,y,6\n')
-    with caplog.at_level(logging.INFO, logger="ilargi_sklearn.multisource._interop"):
+    with caplog.at_level(logging.INFO, logger="ilargi_sklearn.datasets._io"):
         read_table(path, ["a"])
     assert "line 2 has a quote inside a field" in caplog.text
 
