@@ -186,14 +186,21 @@ _ALIASES = {
 def make_estimator(name: str, params: dict[str, Any] | None = None):
     """The estimator ``name``: a public estimator class of ``ilargi_sklearn``
     (``"FactorizedLassoCV"``) or a short name of older records (``"lasso"``)."""
-    import ilargi_sklearn
+    # The estimator families' public names (the package's top imports the
+    # planner: it is not imported from here).
+    from ilargi_sklearn import (
+        cluster,
+        decomposition,
+        ensemble,
+        linear_model,
+        preprocessing,
+    )
 
     cls_name = _ALIASES.get(name, name)
-    cls = (
-        getattr(ilargi_sklearn, cls_name, None)
-        if cls_name in ilargi_sklearn.__all__
-        else None
-    )
+    cls = None
+    for family in (cluster, decomposition, ensemble, linear_model, preprocessing):
+        if cls_name in family.__all__:
+            cls = getattr(family, cls_name)
     if cls is None or not hasattr(cls, "fit"):
         raise ValueError(
             f"estimator must be a public estimator of ilargi_sklearn or one of "
