@@ -181,7 +181,21 @@ def _blas_info() -> list[dict[str, Any]]:
     except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
         return []
     keep = ("user_api", "internal_api", "version", "num_threads", "architecture")
-    return [{k: d.get(k) for k in keep} for d in threadpool_info()]
+    return [{k: _scalar(d.get(k)) for k in keep} for d in threadpool_info()]
+
+
+def _scalar(value: Any) -> Any:
+    """A JSON scalar of a library's figure: SciPy's fast_matrix_market reports
+    its ``version`` to threadpoolctl as a function (once ``scipy.io`` has loaded
+    it), which made every record of that process fail to write."""
+    if callable(value):
+        try:
+            value = value()
+        except Exception:  # noqa: BLE001 - a figure of the environment only
+            value = repr(value)
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
 
 
 def hardware_info() -> dict[str, Any]:

@@ -39,3 +39,23 @@ def test_quick_run_writes_records_and_goals(tmp_path, capsys):
     goals = [r for r in records if r["part"] == "goal"]
     assert len(goals) == 4 + len(bench.CV_SPECS)
     assert "goals" in capsys.readouterr().out
+
+
+def test_environment_figures_write_with_scipy_mmio_loaded():
+    """SciPy's Matrix Market reader registers with threadpoolctl once its core is
+    loaded (an earlier ``mmwrite`` in the process) and reports its version as a
+    function: every benchmark record of that process failed to write."""
+    import io
+
+    import scipy.io
+    import scipy.sparse as sp
+
+    scipy.io.mmwrite(io.BytesIO(), sp.eye(2, format="coo"))
+    spec = importlib.util.spec_from_file_location(
+        "_common_under_test", SCRIPT.parent / "_common.py"
+    )
+    common = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(common)
+    info = common._blas_info()
+    assert any(d["internal_api"] == "scipy_mmio" for d in info)
+    json.loads(json.dumps(info))
