@@ -60,7 +60,7 @@ from ilargi_sklearn.ensemble._grower import TreeGrower
 from ilargi_sklearn.ensemble._histogram import HistogramBuilder
 from ilargi_sklearn.ensemble._loss import make_loss
 from ilargi_sklearn.multisource import FactorizedMatrix, MultiSourceDataset
-from ilargi_sklearn.multisource._cache import cached_table
+from ilargi_sklearn.multisource._cache import cached_table, is_table_cached
 from ilargi_sklearn.utils._validation import Caller, host_array, validate_X
 
 __all__ = [
@@ -277,6 +277,16 @@ def _source_shapes(X, categorical_features):
     if derived:
         out.append((n, derived, n, True))
     return out
+
+
+def _table_cached(X, categorical_features) -> bool:
+    """Whether the tree table of the dataset ``X`` is in the join cache (for the
+    planner: looked up, never built)."""
+    if not isinstance(X, MultiSourceDataset) or not isinstance(
+        X.operator, FactorizedMatrix
+    ):
+        return False
+    return is_table_cached(X, _table_key(_dataset_layout(X, categorical_features)))
 
 
 @contextmanager
@@ -954,10 +964,16 @@ class _BaseFactorizedHGB(BaseEstimator):
         distinct rows referenced), the factorized plan makes ``min(r c_k, r +
         u c_k)`` histogram updates (the grouped build or the row-wise gather,
         whichever is cheaper, as the kernels choose), with ``u`` the distinct
-        source rows among the node's ``r``; the materialized plan, scikit-learn's
-        row-wise build on the joined table, ``r c_k``. Binning runs on the
-        sources' rows against the join's; the materialized plan builds its
-        joined table of tree features at every fit (no cached join).
+        source rows among the node's ``r``, and bins the sources' rows.
+
+        The materialized plan is scikit-learn's ``HistGradientBoosting*`` on the
+        joined tree table: its ``_BinMapper`` on (a subsample of) the joined
+        columns and a binary search per joined value, its row-wise histograms
+        over every joined column (``r c_k`` updates per node and source, one
+        call per node), the split of the validation rows copying the table when
+        early stopping is on. The table itself is built once per root dataset
+        (the join cache): its gather counts unless the cache holds it, and then
+        only a row slice's copy of its rows.
         """
         from ilargi_sklearn.planner._work import Work, n_classes
 
@@ -1012,7 +1028,16 @@ class _BaseFactorizedHGB(BaseEstimator):
             for r, c, _, _ in shape
         )
         bin_mat = 8.0 * n_features * (sample * math.log2(max(sample, 2.0)) + 8.0 * n)
-        table = 3.0 * 8.0 * n * n_features  # the joined table of tree features
+        # The joined table of tree features: gathered from the sources (written,
+        # its NaN fill and the gathered rows read), or a slice's rows of the
+        # cached root table.
+        table = 3.0 * 8.0 * n * n_features
+        if _table_cached(data.dataset, self.categorical_features):
+            sliced = getattr(data.dataset, "_root_rows", None) is not None
+            table = 2.0 * 8.0 * n * n_features if sliced else 0.0
+        if early and vf is not None:
+            # scikit-learn's train_test_split copies the table's rows.
+            table += 2.0 * 8.0 * n * n_features
         return Work(
             "trees",
             "hist",

@@ -36,6 +36,7 @@ __all__ = [
     "cached_table",
     "clear_materialization_cache",
     "is_materialization_cached",
+    "is_table_cached",
     "materialized_dataset",
     "materialized_operator",
     "set_materialization_cache",
@@ -236,6 +237,13 @@ def cached_table(
     if T is None:
         return build(ds.operator), False
     return (T if rows is None else T[rows]), hit
+
+
+def is_table_cached(ds: Any, key: tuple, device: str = "cpu") -> bool:
+    """Whether :func:`cached_table` would find ``ds``'s table ``key`` (its
+    root's) in the cache; looked up, never built."""
+    info = _root_info(ds)
+    return info is not None and _CACHE.holds((info[0], device, key))
 
 
 def materialized_dataset(
