@@ -279,16 +279,6 @@ def _source_shapes(X, categorical_features):
     return out
 
 
-def _table_cached(X, categorical_features) -> bool:
-    """Whether the tree table of the dataset ``X`` is in the join cache (for the
-    planner: looked up, never built)."""
-    if not isinstance(X, MultiSourceDataset) or not isinstance(
-        X.operator, FactorizedMatrix
-    ):
-        return False
-    return is_table_cached(X, _table_key(_dataset_layout(X, categorical_features)))
-
-
 @contextmanager
 def _patch_raw_predict(estimator, raw_predictions):
     """``_raw_predict`` returns ``raw_predictions`` inside the block (scorers of
@@ -954,6 +944,17 @@ class _BaseFactorizedHGB(BaseEstimator):
         check_is_fitted(self)
         return getattr(self._hgb, method)(self._table(X, reset=False))
 
+    def _materialized_table_key(self, X):
+        """The join cache's key of the table the materialized plan fits on
+        (:func:`cached_table`) for the dataset ``X``; None for other data. The
+        planner looks the table up with it (AutoPlan's cache state of the plan),
+        never builds it."""
+        if not isinstance(X, MultiSourceDataset) or not isinstance(
+            X.operator, FactorizedMatrix
+        ):
+            return None
+        return _table_key(_dataset_layout(X, self.categorical_features))
+
     def _plan_work(self, data, y):
         """The work of a fit, for the planner (:mod:`ilargi_sklearn.planner._work`).
 
@@ -1032,7 +1033,8 @@ class _BaseFactorizedHGB(BaseEstimator):
         # its NaN fill and the gathered rows read), or a slice's rows of the
         # cached root table.
         table = 3.0 * 8.0 * n * n_features
-        if _table_cached(data.dataset, self.categorical_features):
+        key = self._materialized_table_key(data.dataset)
+        if key is not None and is_table_cached(data.dataset, key):
             sliced = getattr(data.dataset, "_root_rows", None) is not None
             table = 2.0 * 8.0 * n * n_features if sliced else 0.0
         if early and vf is not None:

@@ -137,12 +137,16 @@ def is_materialization_cached(ds: Any, device: str = "cpu") -> bool:
     return info is not None and _CACHE.holds((info[0], device))
 
 
-def materialization_seconds(ds: Any, device: str = "cpu") -> float | None:
-    """How long the cached join of ``ds``'s root took to build (None: not cached)."""
+def materialization_seconds(
+    ds: Any, device: str = "cpu", key: tuple | None = None
+) -> float | None:
+    """How long the cached join of ``ds``'s root took to build (with ``key``: its
+    table of :func:`cached_table`); None: not cached."""
     info = _root_info(ds)
     if info is None:
         return None
-    entry = _CACHE.get((info[0], device), count=False, touch=False)
+    full = (info[0], device) if key is None else (info[0], device, key)
+    entry = _CACHE.get(full, count=False, touch=False)
     return None if entry is None else entry[1]
 
 

@@ -399,3 +399,30 @@ def test_calibration_times_sklearns_fit_on_a_table_built_each_time(monkeypatch):
     assert calls == {"sklearn": runs, "table": runs}
     assert timings["materialize"] == [0.0] * (runs - 1)
     clear_materialization_cache()
+
+
+def test_autoplan_sees_the_trees_cached_table():
+    """The trees' materialized plan finds its table in the join cache after a
+    first fit: AutoPlan predicts and records that state (as the joined matrix
+    of the other estimators), and says so."""
+    from ilargi_sklearn.planner import _auto
+
+    ds = _star(3_000, 50, 6, seed=4)
+    y = np.random.default_rng(0).normal(size=len(ds))
+    clear_materialization_cache()
+    _auto.clear_plan_history()
+    trees = FactorizedHistGradientBoostingRegressor(max_iter=3, early_stopping=False)
+    first = AutoPlan(trees, plans=["materialized"], cost_model="analytical")
+    first.fit(ds, y)
+    assert first.materialization_cached_ is False
+    second = AutoPlan(trees, plans=["materialized"], cost_model="analytical")
+    second.fit(ds, y)
+    assert second.materialization_cached_ is True
+    cold = first.predicted_seconds_["materialized-cpu"]
+    assert second.predicted_seconds_["materialized-cpu"] < cold
+    # The first fit built the table: its time less the build is the cached
+    # state's measurement, which the second fit read.
+    assert "materialized-cpu" in second.measured_seconds_
+    np.testing.assert_array_equal(first.predict(ds), second.predict(ds))
+    clear_materialization_cache()
+    _auto.clear_plan_history()
