@@ -1342,8 +1342,18 @@ class FactorizedHistGradientBoostingRegressor(RegressorMixin, _BaseFactorizedHGB
         Controls the binning subsample, the validation split and feature
         subsampling, drawn as scikit-learn draws them.
     strategy : {"factorized", "materialized"}, default="factorized"
-        "materialized" builds the joined table of tree features (NaN for
-        unmatched rows) and fits on it: the reference the factorized fit equals.
+        "factorized" runs the package's kernels on the sources. "materialized"
+        fits scikit-learn's :class:`~sklearn.ensemble.HistGradientBoostingRegressor`
+        (the classifier's for the classifier), every parameter passed one to one,
+        on the joined table of tree features (columns
+        :attr:`tree_feature_names_`, NaN for unmatched rows, categorical columns
+        as codes), and predicts through it: scikit-learn's results on the join,
+        the reference the factorized fit equals. The table is built once per
+        root dataset and kept in the join cache
+        (``ds.cache_info()["materialized"]["tables"]``,
+        :func:`~ilargi_sklearn.clear_caches`). A callable ``scoring`` then gets
+        scikit-learn's estimator and rows of the table. ``warm_start`` cannot
+        change the strategy.
 
     Attributes
     ----------
