@@ -279,6 +279,17 @@ def _source_shapes(X, categorical_features):
     return out
 
 
+def _is_default(value, default) -> bool:
+    """Whether a parameter's value is its default (arrays and lists never are,
+    unless the default is the same object)."""
+    if value is default:
+        return True
+    scalar = (str, bool, Integral, Real, type(None))
+    return (
+        isinstance(value, scalar) and isinstance(default, scalar) and value == default
+    )
+
+
 @contextmanager
 def _patch_raw_predict(estimator, raw_predictions):
     """``_raw_predict`` returns ``raw_predictions`` inside the block (scorers of
@@ -882,7 +893,7 @@ class _BaseFactorizedHGB(BaseEstimator):
         lacking = sorted(
             k
             for k in set(params) - set(known)
-            if params[k] is not defaults[k] and params[k] != defaults[k]
+            if not _is_default(params[k], defaults[k])
         )
         if lacking:
             import sklearn
@@ -1337,7 +1348,8 @@ class FactorizedHistGradientBoostingRegressor(RegressorMixin, _BaseFactorizedHGB
     tol : float, default=1e-7
         Absolute tolerance of the early-stopping comparisons.
     verbose : int, default=0
-        Iteration summaries at INFO on this module's logger (``verbose >= 2``).
+        Iteration summaries at INFO on this module's logger (``verbose >= 2``);
+        with ``strategy="materialized"``, scikit-learn's own printout.
     random_state : int, RandomState instance or None, default=None
         Controls the binning subsample, the validation split and feature
         subsampling, drawn as scikit-learn draws them.

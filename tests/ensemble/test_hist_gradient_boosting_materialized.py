@@ -361,3 +361,21 @@ def test_warm_start_continues_sklearns_fit_and_refuses_a_new_strategy():
     fact.set_params(strategy="factorized").fit(ds, y)
     assert not hasattr(fact, "_hgb")
     np.testing.assert_allclose(fact.predict(ds), ref.predict(X), rtol=1e-9)
+
+
+def test_a_parameter_the_installed_sklearn_lacks(monkeypatch):
+    """Only the parameters the installed scikit-learn has are passed: one it
+    lacks is left out at its default, and an error names it when set."""
+    ds, joined, y = star_frames(8, n=400, categorical=False)
+    names = HistGradientBoostingRegressor._get_param_names()
+    monkeypatch.setattr(
+        HistGradientBoostingRegressor,
+        "_get_param_names",
+        classmethod(lambda cls: [n for n in names if n != "max_features"]),
+    )
+    model = Reg(strategy="materialized", max_iter=3, **NO_ES).fit(ds, y)
+    cls, params = model._sklearn_estimator_params()
+    assert cls is HistGradientBoostingRegressor
+    assert "max_features" not in params and params["max_iter"] == 3
+    with pytest.raises(ValueError, match=r"no parameter \['max_features'\]"):
+        Reg(strategy="materialized", max_features=0.5, **NO_ES).fit(ds, y)
