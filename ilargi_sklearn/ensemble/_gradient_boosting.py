@@ -6,6 +6,11 @@ trees: the same bin thresholds (binned per source, :mod:`._binning`), the same
 gradients (scikit-learn's loss objects, :mod:`._loss`), the same split decisions
 (:mod:`._splitting`, :mod:`._grower`); only the histograms are built per source
 (:mod:`._histogram`) and rows are routed through the index vectors.
+
+``strategy="materialized"`` is the other plan: scikit-learn's own estimator fitted
+on the joined table of tree features (NaN where a join did not match, categorical
+columns as codes), the table built once per root dataset and kept in the join
+cache (:func:`~ilargi_sklearn.multisource._cache.cached_table`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ from sklearn.base import (
     RegressorMixin,
     _fit_context,
     is_classifier,
+)
+from sklearn.ensemble import (
+    HistGradientBoostingClassifier,
+    HistGradientBoostingRegressor,
 )
 from sklearn.metrics import check_scoring
 from sklearn.metrics._scorer import _SCORERS
@@ -51,6 +60,7 @@ from ilargi_sklearn.ensemble._grower import TreeGrower
 from ilargi_sklearn.ensemble._histogram import HistogramBuilder
 from ilargi_sklearn.ensemble._loss import make_loss
 from ilargi_sklearn.multisource import FactorizedMatrix, MultiSourceDataset
+from ilargi_sklearn.multisource._cache import cached_table, is_table_cached
 from ilargi_sklearn.utils._validation import Caller, host_array, validate_X
 
 __all__ = [
@@ -176,17 +186,35 @@ def _array_layout(estimator, n_features: int, categorical_features) -> TreeLayou
     return TreeLayout.build(names, cols, mask, np.zeros(n_features, dtype=bool))
 
 
-def _tree_table(groups: list[RawGroup], n_rows: int, n_features: int) -> np.ndarray:
-    """The joined table of tree values (NaN where a join did not match), in the
-    trees' feature order: what a materialized fit bins."""
-    out = np.full((n_rows, n_features), np.nan)
+def _natural_table(groups: list[RawGroup], n_rows: int, layout: TreeLayout):
+    """The joined table of tree values (NaN where a join did not match), its
+    columns the features in input order (:attr:`tree_feature_names_`): what
+    scikit-learn's estimator takes in the materialized plan. Each row is computed
+    from that row alone (a row slice's table is its rows of the whole one)."""
+    F = layout.n_features
+    position = np.empty(F, dtype=np.int64)
+    position[layout.natural] = np.arange(F)
+    out = np.full((n_rows, F), np.nan)
     for grp in groups:
+        cols = position[grp.features]
         if grp.idx is None:
-            out[:, grp.features] = grp.values
+            out[:, cols] = grp.values
         else:
             hit = grp.idx >= 0
-            out[np.ix_(np.flatnonzero(hit), grp.features)] = grp.values[grp.idx[hit]]
+            out[np.ix_(np.flatnonzero(hit), cols)] = grp.values[grp.idx[hit]]
     return out
+
+
+def _table_key(layout: TreeLayout) -> tuple:
+    """What a dataset's tree table depends on besides its data (the join
+    cache's key of :func:`cached_table`)."""
+    return (
+        "trees",
+        tuple(layout.names),
+        tuple(tuple(int(c) for c in cols) for cols in layout.columns),
+        tuple(bool(b) for b in layout.is_categorical),
+        tuple(bool(b) for b in layout.onehot),
+    )
 
 
 def joined_tree_table(ds, categorical_features="from_dtype"):
@@ -203,8 +231,7 @@ def joined_tree_table(ds, categorical_features="from_dtype"):
     names : list of str
     """
     layout = _dataset_layout(ds, categorical_features)
-    groups = raw_groups(ds.operator, layout)
-    table = _tree_table(groups, len(ds), layout.n_features)[:, layout.natural]
+    table = _natural_table(raw_groups(ds.operator, layout), len(ds), layout)
     names = [layout.names[f] for f in layout.natural]
     return table, layout.is_categorical[layout.natural], names
 
@@ -250,6 +277,17 @@ def _source_shapes(X, categorical_features):
     if derived:
         out.append((n, derived, n, True))
     return out
+
+
+def _is_default(value, default) -> bool:
+    """Whether a parameter's value is its default (arrays and lists never are,
+    unless the default is the same object)."""
+    if value is default:
+        return True
+    scalar = (str, bool, Integral, Real, type(None))
+    return (
+        isinstance(value, scalar) and isinstance(default, scalar) and value == default
+    )
 
 
 @contextmanager
@@ -350,6 +388,26 @@ class _BaseFactorizedHGB(BaseEstimator):
     def _check_X(self, X, *, reset):
         """``(raw groups, n_rows)`` of ``X`` in the trees' features; sets the
         layout and the input attributes when ``reset``."""
+        src, n = self._check_input(X, reset=reset)
+        return raw_groups(src, self._layout), n
+
+    def _table(self, X, *, reset):
+        """The joined tree table of ``X`` (columns :attr:`tree_feature_names_`),
+        what scikit-learn's estimator takes in the materialized plan; for a
+        dataset built once per root dataset and kept in the join cache."""
+        src, n = self._check_input(X, reset=reset)
+        if not isinstance(X, MultiSourceDataset):
+            return src.A  # an array's columns are the tree features, in order
+        layout = self._layout
+
+        def build(op):
+            return _natural_table(raw_groups(op, layout), op.n_rows, layout)
+
+        return cached_table(X, _table_key(layout), build)[0]
+
+    def _check_input(self, X, *, reset):
+        """``(operator or array, n_rows)`` of ``X``, validated; sets the layout
+        and the input attributes when ``reset``."""
         if isinstance(X, MultiSourceDataset):
             op = validate_X(self, X, reset=reset, device="auto")
             if not isinstance(op, FactorizedMatrix):
@@ -361,8 +419,7 @@ class _BaseFactorizedHGB(BaseEstimator):
                 )
             if reset:
                 self._layout = _dataset_layout(X, self.categorical_features)
-            groups = raw_groups(op, self._layout)
-            n = op.n_rows
+            src, n = op, op.n_rows
         else:
             if not reset and getattr(self, "_layout_is_dataset", False):
                 raise TypeError(
@@ -381,8 +438,7 @@ class _BaseFactorizedHGB(BaseEstimator):
                 self._layout = _array_layout(
                     self, A.shape[1], self.categorical_features
                 )
-            groups = raw_groups(_Dense(A), self._layout)
-            n = A.shape[0]
+            src, n = _Dense(A), A.shape[0]
         if reset:
             self._layout_is_dataset = isinstance(X, MultiSourceDataset)
         elif isinstance(X, MultiSourceDataset) and not getattr(
@@ -392,20 +448,13 @@ class _BaseFactorizedHGB(BaseEstimator):
                 f"{type(self).__name__} was fitted on an array: predict on an array "
                 "of the same columns, or refit on the dataset."
             )
-        if self.strategy == "materialized" and (
-            len(groups) > 1 or groups[0].idx is not None
-        ):
-            # The join as scikit-learn would see it, built once: one identity
-            # group of n rows.
-            table = _tree_table(groups, n, self._layout.n_features)
-            groups = [RawGroup(table, None, np.arange(self._layout.n_features))]
-        return groups, n
+        return src, n
 
     def _bin(self, groups, n):
         return self._bin_mapper.transform(groups, n, self._layout.n_features)
 
     # ------------------------------------------------------------- fitting
-    def _monotonic(self):
+    def _monotonic(self, check_multiclass=True):
         layout = self._layout
         F = layout.n_features
         cst = np.zeros(F, dtype=np.int8)
@@ -439,7 +488,7 @@ class _BaseFactorizedHGB(BaseEstimator):
         cst[layout.natural] = values
         if np.any(cst[layout.is_categorical] != 0):
             raise ValueError("Categorical features cannot have monotonic constraints.")
-        if cst.any() and self.n_trees_per_iteration_ != 1:
+        if check_multiclass and cst.any() and self.n_trees_per_iteration_ != 1:
             raise ValueError(
                 "monotonic constraints are not supported for multiclass classification."
             )
@@ -541,6 +590,24 @@ class _BaseFactorizedHGB(BaseEstimator):
         self : object
             Fitted estimator.
         """
+        fitted = getattr(self, "_fit_strategy", None)
+        if self.warm_start and self._is_fitted() and fitted != self.strategy:
+            raise ValueError(
+                f"warm_start=True adds trees to the previous fit, which ran "
+                f"strategy={fitted!r}, but strategy={self.strategy!r} now: the two "
+                "plans keep different trees. Set strategy back to "
+                f"{fitted!r} to continue that fit, or warm_start=False to fit anew."
+            )
+        if self.strategy == "materialized":
+            return self._fit_materialized(
+                X, y, sample_weight, X_val, y_val, sample_weight_val
+            )
+        for attr in ("_hgb", "classes_"):
+            # What a materialized fit of this estimator left (the factorized fit
+            # sets the classes again).
+            if hasattr(self, attr):
+                delattr(self, attr)
+        self._fit_strategy = "factorized"
         groups, n_samples = self._check_X(X, reset=True)
         y = self._encode_y(_check_y(host_array(y), estimator=self))
         if y.shape[0] != n_samples:
@@ -789,6 +856,116 @@ class _BaseFactorizedHGB(BaseEstimator):
         self.validation_score_ = np.asarray(self.validation_score_)
         return self
 
+    # ------------------------------------------------- the materialized plan
+    def _sklearn_estimator_params(self):
+        """scikit-learn's parameters of this fit, one to one, on the tree table
+        (columns :attr:`tree_feature_names_`); only those the installed
+        scikit-learn has (a set one it lacks is an error)."""
+        layout = self._layout
+        natural = layout.natural
+        mask = layout.is_categorical[natural]
+        interaction_cst = self.interaction_cst
+        if interaction_cst is not None and not isinstance(interaction_cst, str):
+            # scikit-learn reads the positions after moving the categorical
+            # features first (the trees' order); ours are of the input order.
+            interaction_cst = [sorted(g) for g in self._interactions()]
+        monotonic_cst = None
+        if self.monotonic_cst is not None:
+            # In input order; scikit-learn reorders it itself.
+            monotonic_cst = self._monotonic(check_multiclass=False)[natural]
+        params = {
+            name: getattr(self, name)
+            for name in self.get_params(deep=False)
+            if name not in ("strategy",)
+        }
+        params.update(
+            categorical_features=mask if mask.any() else None,
+            monotonic_cst=monotonic_cst,
+            interaction_cst=interaction_cst,
+        )
+        cls = (
+            HistGradientBoostingClassifier
+            if self._is_classifier
+            else HistGradientBoostingRegressor
+        )
+        known = cls().get_params(deep=False)
+        defaults = type(self)().get_params(deep=False)
+        lacking = sorted(
+            k
+            for k in set(params) - set(known)
+            if not _is_default(params[k], defaults[k])
+        )
+        if lacking:
+            import sklearn
+
+            raise ValueError(
+                f"strategy='materialized' fits scikit-learn {sklearn.__version__}'s "
+                f"{cls.__name__}, which has no parameter {lacking}: leave "
+                "it at its default, use strategy='factorized', or upgrade "
+                "scikit-learn."
+            )
+        return cls, {k: v for k, v in params.items() if k in known}
+
+    def _fit_materialized(self, X, y, sample_weight, X_val, y_val, sample_weight_val):
+        """scikit-learn's estimator on the joined tree table (the table of a
+        dataset from the join cache); its fitted attributes copied."""
+        table = self._table(X, reset=True)
+        y = _check_y(host_array(y), estimator=self)
+        if y.shape[0] != table.shape[0]:
+            raise ValueError(
+                f"X has {table.shape[0]} rows but y has {y.shape[0]}; give one "
+                "target value per row of X (ds.align(base[target]) takes a base "
+                "table's column into dataset order)."
+            )
+        cls, params = self._sklearn_estimator_params()
+        fit_params = {}
+        if sample_weight is not None:
+            fit_params["sample_weight"] = host_array(sample_weight)
+        if X_val is not None or y_val is not None:
+            fit_params["X_val"] = (
+                None if X_val is None else self._table(X_val, reset=False)
+            )
+            fit_params["y_val"] = None if y_val is None else host_array(y_val)
+            if sample_weight_val is not None:
+                fit_params["sample_weight_val"] = host_array(sample_weight_val)
+        if self.warm_start and self._is_fitted():
+            est = self._hgb.set_params(**params)
+        else:
+            est = cls(**params)
+        for attr in ("_predictors", "_bin_mapper", "_loss", "_baseline_prediction"):
+            # A factorized fit's trees (this one replaces them).
+            if hasattr(self, attr):
+                delattr(self, attr)
+        est.fit(table, y, **fit_params)
+        self._hgb = est
+        self._fit_strategy = "materialized"
+        self.do_early_stopping_ = est.do_early_stopping_
+        self.n_trees_per_iteration_ = est.n_trees_per_iteration_
+        self.train_score_ = est.train_score_
+        self.validation_score_ = est.validation_score_
+        if self._is_classifier:
+            self.classes_ = est.classes_
+        return self
+
+    def _materialized_output(self, method, X):
+        """scikit-learn's ``method`` on the tree table of ``X`` (the training
+        schema's), or None when the fit was factorized."""
+        if getattr(self, "_fit_strategy", None) != "materialized":
+            return None
+        check_is_fitted(self)
+        return getattr(self._hgb, method)(self._table(X, reset=False))
+
+    def _materialized_table_key(self, X):
+        """The join cache's key of the table the materialized plan fits on
+        (:func:`cached_table`) for the dataset ``X``; None for other data. The
+        planner looks the table up with it (AutoPlan's cache state of the plan),
+        never builds it."""
+        if not isinstance(X, MultiSourceDataset) or not isinstance(
+            X.operator, FactorizedMatrix
+        ):
+            return None
+        return _table_key(_dataset_layout(X, self.categorical_features))
+
     def _plan_work(self, data, y):
         """The work of a fit, for the planner (:mod:`ilargi_sklearn.planner._work`).
 
@@ -799,10 +976,16 @@ class _BaseFactorizedHGB(BaseEstimator):
         distinct rows referenced), the factorized plan makes ``min(r c_k, r +
         u c_k)`` histogram updates (the grouped build or the row-wise gather,
         whichever is cheaper, as the kernels choose), with ``u`` the distinct
-        source rows among the node's ``r``; the materialized plan, scikit-learn's
-        row-wise build on the joined table, ``r c_k``. Binning runs on the
-        sources' rows against the join's; the materialized plan builds its
-        joined table of tree features at every fit (no cached join).
+        source rows among the node's ``r``, and bins the sources' rows.
+
+        The materialized plan is scikit-learn's ``HistGradientBoosting*`` on the
+        joined tree table: its ``_BinMapper`` on (a subsample of) the joined
+        columns and a binary search per joined value, its row-wise histograms
+        over every joined column (``r c_k`` updates per node and source, one
+        call per node), the split of the validation rows copying the table when
+        early stopping is on. The table itself is built once per root dataset
+        (the join cache): its gather counts unless the cache holds it, and then
+        only a row slice's copy of its rows.
         """
         from ilargi_sklearn.planner._work import Work, n_classes
 
@@ -857,7 +1040,17 @@ class _BaseFactorizedHGB(BaseEstimator):
             for r, c, _, _ in shape
         )
         bin_mat = 8.0 * n_features * (sample * math.log2(max(sample, 2.0)) + 8.0 * n)
-        table = 3.0 * 8.0 * n * n_features  # the joined table of tree features
+        # The joined table of tree features: gathered from the sources (written,
+        # its NaN fill and the gathered rows read), or a slice's rows of the
+        # cached root table.
+        table = 3.0 * 8.0 * n * n_features
+        key = self._materialized_table_key(data.dataset)
+        if key is not None and is_table_cached(data.dataset, key):
+            sliced = getattr(data.dataset, "_root_rows", None) is not None
+            table = 2.0 * 8.0 * n * n_features if sliced else 0.0
+        if early and vf is not None:
+            # scikit-learn's train_test_split copies the table's rows.
+            table += 2.0 * 8.0 * n * n_features
         return Work(
             "trees",
             "hist",
@@ -1001,10 +1194,12 @@ class _BaseFactorizedHGB(BaseEstimator):
         return not any(score > reference_score for score in recent)
 
     def _is_fitted(self):
+        if getattr(self, "_fit_strategy", None) == "materialized":
+            return hasattr(self, "_hgb")
         return len(getattr(self, "_predictors", [])) > 0
 
     def __sklearn_is_fitted__(self):
-        return hasattr(self, "_predictors")
+        return hasattr(self, "_predictors") or hasattr(self, "_hgb")
 
     def _clear_state(self):
         for var in ("train_score_", "validation_score_"):
@@ -1055,6 +1250,8 @@ class _BaseFactorizedHGB(BaseEstimator):
     def n_iter_(self):
         """Number of iterations of the boosting process."""
         check_is_fitted(self)
+        if getattr(self, "_fit_strategy", None) == "materialized":
+            return self._hgb.n_iter_
         return len(self._predictors)
 
     @property
@@ -1151,13 +1348,24 @@ class FactorizedHistGradientBoostingRegressor(RegressorMixin, _BaseFactorizedHGB
     tol : float, default=1e-7
         Absolute tolerance of the early-stopping comparisons.
     verbose : int, default=0
-        Iteration summaries at INFO on this module's logger (``verbose >= 2``).
+        Iteration summaries at INFO on this module's logger (``verbose >= 2``);
+        with ``strategy="materialized"``, scikit-learn's own printout.
     random_state : int, RandomState instance or None, default=None
         Controls the binning subsample, the validation split and feature
         subsampling, drawn as scikit-learn draws them.
     strategy : {"factorized", "materialized"}, default="factorized"
-        "materialized" builds the joined table of tree features (NaN for
-        unmatched rows) and fits on it: the reference the factorized fit equals.
+        "factorized" runs the package's kernels on the sources. "materialized"
+        fits scikit-learn's :class:`~sklearn.ensemble.HistGradientBoostingRegressor`
+        (the classifier's for the classifier), every parameter passed one to one,
+        on the joined table of tree features (columns
+        :attr:`tree_feature_names_`, NaN for unmatched rows, categorical columns
+        as codes), and predicts through it: scikit-learn's results on the join,
+        the reference the factorized fit equals. The table is built once per
+        root dataset and kept in the join cache
+        (``ds.cache_info()["materialized"]["tables"]``,
+        :func:`~ilargi_sklearn.clear_caches`). A callable ``scoring`` then gets
+        scikit-learn's estimator and rows of the table. ``warm_start`` cannot
+        change the strategy.
 
     Attributes
     ----------
@@ -1276,12 +1484,20 @@ class FactorizedHistGradientBoostingRegressor(RegressorMixin, _BaseFactorizedHGB
         ndarray of shape (n_samples,)
         """
         caller = Caller(X)
+        out = self._materialized_output("predict", X)
+        if out is not None:
+            return caller.give(out)
         raw = self._raw_predict(X)
         return caller.give(self._loss.link.inverse(raw.ravel()))
 
     def staged_predict(self, X):
         """Predicted values after each iteration (a generator)."""
         caller = Caller(X)
+        staged = self._materialized_output("staged_predict", X)
+        if staged is not None:
+            for out in staged:
+                yield caller.give(out)
+            return
         for raw in self._staged_raw_predict(X):
             yield caller.give(self._loss.link.inverse(raw.ravel()))
 
@@ -1433,23 +1649,39 @@ class FactorizedHistGradientBoostingClassifier(ClassifierMixin, _BaseFactorizedH
     def predict(self, X):
         """Predicted classes of the rows of ``X``."""
         caller = Caller(X)
+        out = self._materialized_output("predict", X)
+        if out is not None:
+            return caller.give(out)
         return caller.give(self._classes_of(self._raw_predict(X)))
 
     def staged_predict(self, X):
         """Predicted classes after each iteration (a generator)."""
         caller = Caller(X)
+        staged = self._materialized_output("staged_predict", X)
+        if staged is not None:
+            for out in staged:
+                yield caller.give(out)
+            return
         for raw in self._staged_raw_predict(X):
             yield caller.give(self._classes_of(raw))
 
     def predict_proba(self, X):
         """Class probabilities of the rows of ``X``, shape (n_samples, n_classes)."""
         caller = Caller(X)
+        out = self._materialized_output("predict_proba", X)
+        if out is not None:
+            return caller.give(out)
         raw = self._raw_predict(X)
         return caller.give(self._loss.predict_proba(raw))
 
     def staged_predict_proba(self, X):
         """Class probabilities after each iteration (a generator)."""
         caller = Caller(X)
+        staged = self._materialized_output("staged_predict_proba", X)
+        if staged is not None:
+            for out in staged:
+                yield caller.give(out)
+            return
         for raw in self._staged_raw_predict(X):
             yield caller.give(self._loss.predict_proba(raw))
 
@@ -1457,12 +1689,20 @@ class FactorizedHistGradientBoostingClassifier(ClassifierMixin, _BaseFactorizedH
         """The raw values (sum of the trees' leaves) of each row; shape
         (n_samples,) for two classes, else (n_samples, n_classes)."""
         caller = Caller(X)
+        out = self._materialized_output("decision_function", X)
+        if out is not None:
+            return caller.give(out)
         raw = self._raw_predict(X)
         return caller.give(raw.ravel() if raw.shape[1] == 1 else raw)
 
     def staged_decision_function(self, X):
         """The raw values after each iteration (a generator)."""
         caller = Caller(X)
+        staged = self._materialized_output("staged_decision_function", X)
+        if staged is not None:
+            for out in staged:
+                yield caller.give(out)
+            return
         for raw in self._staged_raw_predict(X):
             yield caller.give(raw.ravel() if raw.shape[1] == 1 else raw)
 

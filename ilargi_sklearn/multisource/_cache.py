@@ -14,6 +14,7 @@ order), so it never changes a result.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,16 +33,20 @@ if TYPE_CHECKING:  # the container stands above its caches
     from ilargi_sklearn.multisource._multi_source import MultiSourceDataset
 
 __all__ = [
+    "cached_table",
     "clear_materialization_cache",
     "is_materialization_cached",
+    "is_table_cached",
     "materialized_dataset",
     "materialized_operator",
     "set_materialization_cache",
 ]
 
 # The join cache: (root token, device) -> (joined matrix, seconds its join took
-# to build), bounded by the ``materialization_cache_*`` settings; a root's
-# entries go when its operator is collected.
+# to build), and (root token, device, key) -> (a table derived from the join,
+# seconds): the trees' joined table of tree features, see :func:`cached_table`.
+# Bounded by the ``materialization_cache_*`` settings; a root's entries go when
+# its operator is collected.
 
 
 _CACHE = BoundedCache(
@@ -82,7 +87,9 @@ def join_cache_info(token: Any) -> dict[str, Any]:
     """Devices and bytes of ``token``'s joined matrices."""
     keys = _CACHE.keys(token)
     return {
-        "devices": [k[1] for k in keys],
+        "devices": [k[1] for k in keys if len(k) == 2],
+        # Derived tables (the trees' joined table: kind "trees"), per device.
+        "tables": [(k[2][0], k[1]) for k in keys if len(k) == 3],
         "bytes": _CACHE.info(token)["bytes"],
     }
 
@@ -130,12 +137,16 @@ def is_materialization_cached(ds: Any, device: str = "cpu") -> bool:
     return info is not None and _CACHE.holds((info[0], device))
 
 
-def materialization_seconds(ds: Any, device: str = "cpu") -> float | None:
-    """How long the cached join of ``ds``'s root took to build (None: not cached)."""
+def materialization_seconds(
+    ds: Any, device: str = "cpu", key: tuple | None = None
+) -> float | None:
+    """How long the cached join of ``ds``'s root took to build (with ``key``: its
+    table of :func:`cached_table`); None: not cached."""
     info = _root_info(ds)
     if info is None:
         return None
-    entry = _CACHE.get((info[0], device), count=False, touch=False)
+    full = (info[0], device) if key is None else (info[0], device, key)
+    entry = _CACHE.get(full, count=False, touch=False)
     return None if entry is None else entry[1]
 
 
@@ -179,6 +190,64 @@ def materialized_operator(
     for scale, offset in reversed(layers):
         op = AffineOperator(op, scale, offset)
     return op, hit
+
+
+def cached_table(
+    ds: MultiSourceDataset,
+    key: tuple,
+    build: Callable[[FactorizedMatrix], np.ndarray],
+    device: str = "cpu",
+) -> tuple[np.ndarray, bool]:
+    """A dense table derived row by row from ``ds``'s join, built once per root
+    dataset and ``key`` and kept beside its joined matrix.
+
+    ``build(op)`` computes the table of a factorized operator: one row per row
+    of ``op``, each computed from that row alone (the trees' joined table of
+    tree features, NaN where a join did not match). That is what makes a row
+    slice's rows of its root's table the table of the slice itself, so a hit
+    never changes a result. As :func:`materialized_operator`, the root's table is
+    built only when the slice is most of it; the table is read-only.
+
+    Parameters
+    ----------
+    ds : MultiSourceDataset
+    key : tuple
+        Hashable, naming the table (its kind first: ``("trees", ...)``) and
+        everything ``build`` depends on besides the data.
+    build : callable
+    device : str, default="cpu"
+
+    Returns
+    -------
+    table : ndarray
+    hit : bool
+        Whether the table came from the cache.
+    """
+    info = _root_info(ds)
+    if info is None or not isinstance(ds.operator, FactorizedMatrix):
+        return build(ds.operator), False
+    token, rows, root = info
+    full = (token, device, key)
+    entry = _CACHE.get(full)
+    T = None if entry is None else entry[0]
+    hit = T is not None
+    if T is None and (rows is None or 2 * rows.shape[0] >= root.n_rows):
+        t0 = time.perf_counter()
+        T = build(root)
+        seconds = time.perf_counter() - t0
+        T.flags.writeable = False
+        if _CACHE.put(full, (T, seconds), nbytes(T)):
+            _CACHE.watch(root, group=token)
+    if T is None:
+        return build(ds.operator), False
+    return (T if rows is None else T[rows]), hit
+
+
+def is_table_cached(ds: Any, key: tuple, device: str = "cpu") -> bool:
+    """Whether :func:`cached_table` would find ``ds``'s table ``key`` (its
+    root's) in the cache; looked up, never built."""
+    info = _root_info(ds)
+    return info is not None and _CACHE.holds((info[0], device, key))
 
 
 def materialized_dataset(

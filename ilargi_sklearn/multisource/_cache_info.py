@@ -55,7 +55,9 @@ def cache_info(self: Any) -> dict[str, Any]:
     -------
     dict
         ``"materialized"``: the root's joined matrix (``devices`` it is cached
-        for, ``bytes``), see
+        for), the tables derived from the join (``tables``: ``(kind, device)``
+        pairs, kind ``"trees"`` for the gradient-boosted trees' joined table of
+        tree features) and the ``bytes`` of both, see
         :func:`~ilargi_sklearn.planner.set_materialization_cache`;
         ``"statistics"``: the gram-based fits' sufficient statistics
         (``entries``, ``bytes``, ``hits``, ``misses``, ``downdates`` and

@@ -26,6 +26,7 @@ from ilargi_sklearn.multisource._bounded import BoundedCache
 from ilargi_sklearn.multisource._cache import (
     clear_materialization_cache,
     is_materialization_cached,
+    is_table_cached,
     materialization_seconds,
     materialized_dataset,
     set_materialization_cache,
@@ -195,6 +196,25 @@ def _work_key(X: Any, estimator: Any, features: dict[str, Any]) -> tuple | None:
     )
 
 
+def _own_table_key(estimator: Any, X: Any) -> tuple | None:
+    """The join cache's key of the table an estimator's materialized plan builds
+    itself (the trees' joined table of tree features), or None."""
+    probe = getattr(estimator, "_materialized_table_key", None)
+    return None if probe is None else probe(X)
+
+
+def _plan_cached(X: Any, plan: str, table_key: tuple | None) -> bool:
+    """Whether a materialized plan finds what it builds in the join cache: the
+    joined matrix, or with ``table_key`` the estimator's own table (on the host:
+    the trees' tables are host arrays)."""
+    rep, device = split_plan(plan)
+    if rep != "materialized" or not isinstance(X, MultiSourceDataset):
+        return False
+    if table_key is not None:
+        return device == "cpu" and is_table_cached(X, table_key, device)
+    return is_materialization_cached(X, device)
+
+
 def _choose(
     order: list[str],
     predicted: dict[str, float],
@@ -290,7 +310,8 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
     fit_seconds_ : float
         Measured time of the fit of ``plan_`` (materialization included).
     materialization_cached_ : bool
-        Whether a materialized plan reused a cached joined matrix.
+        Whether a materialized plan reused a cached joined matrix (for the
+        gradient-boosted trees: their cached joined table of tree features).
     statistics_cached_ : {"fold", "root"} or None
         Whether the fitted plan found its gram in the statistics cache when the
         choice was made: the fold's own (``"fold"``), its root's to downdate from
@@ -473,11 +494,7 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
         # The estimator's strategy decides what it computes with
         # (MultiSourceDataset.operator_for: the join is built once per root and
         # cached); only whether it was cached already is recorded here.
-        hit = (
-            rep == "materialized"
-            and isinstance(X, MultiSourceDataset)
-            and is_materialization_cached(X, device)
-        )
+        hit = _plan_cached(X, plan, _own_table_key(self.estimator, X))
         t0 = time.perf_counter()
         result = getattr(est, method)(X, y, **fit_params)
         return est, result, time.perf_counter() - t0, hit
@@ -495,10 +512,12 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
             if why:
                 fallback.append(why)
             features = plan_features(X, self.estimator, y)
-            # An estimator that builds its own table (the trees) reads no join.
+            # An estimator that builds its own table (the trees) reads no join,
+            # but may find that table in the join cache (a search's later fits).
             joins = bool(features.get("joins", True))
+            table_key = None if joins else _own_table_key(self.estimator, X)
             cached = {
-                p: joins and is_materialization_cached(X, split_plan(p)[1])
+                p: (joins or table_key is not None) and _plan_cached(X, p, table_key)
                 for p in plans
             }
             stats = self._statistics_cached(X, plans, features, fit_params)
@@ -533,6 +552,7 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
         else:
             # An array is already the joined matrix: nothing to choose.
             order, predicted, features = ["materialized-cpu"], {}, {}
+            table_key = None
             work, states, measured, stats = None, {}, {}, {}
             reason = "an array: fitted as it is"
         last_exc = None
@@ -562,7 +582,9 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
         self.features_ = features
         self.fallback_reason_ = "; ".join(fallback) if fallback else None
         self.fit_seconds_ = seconds
-        self.materialization_cached_ = hit and bool(features.get("joins", True))
+        self.materialization_cached_ = bool(hit) and (
+            bool(features.get("joins", True)) or table_key is not None
+        )
         self.statistics_cached_ = stats.get(plan)
         self.choice_reason_ = reason
         self.measured_seconds_ = measured
@@ -571,11 +593,11 @@ class AutoPlan(MetaEstimatorMixin, BaseEstimator):
             root = getattr(X, "_root_operator", None)
             _HISTORY.record(work, states[plan], seconds / rows, root=root)
             rep, device = split_plan(plan)
-            join = (
-                materialization_seconds(X, device)
-                if rep == "materialized" and features.get("joins", True)
-                else None
-            )
+            join = None
+            if rep == "materialized" and features.get("joins", True):
+                join = materialization_seconds(X, device)
+            elif rep == "materialized" and table_key is not None:
+                join = materialization_seconds(X, device, key=table_key)
             if not hit and join is not None:
                 # This fit built the join: without that build it measured the
                 # plan with the join cached, the state of the fits to come (else

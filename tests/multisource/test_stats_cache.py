@@ -327,7 +327,7 @@ def test_cache_info_is_shared_by_slices():
     ds, y = star(n_rows=500, seed=11)
     before = ds.cache_info()
     assert before["statistics"]["entries"] == 0
-    assert before["materialized"] == {"devices": [], "bytes": 0}
+    assert before["materialized"] == {"devices": [], "tables": [], "bytes": 0}
     FactorizedRidge().fit(ds, y)
     FactorizedRidge(alpha=3.0).fit(ds, y)
     info = ds.cache_info()

@@ -312,17 +312,117 @@ def test_calibration_times_an_estimator_named_by_its_class(tmp_path, monkeypatch
 
 
 def test_a_cached_join_does_not_count_for_the_trees():
-    """The materialized trees build their own table: a join cached by another
-    estimator changes neither their prediction nor what AutoPlan records."""
+    """The materialized trees fit scikit-learn on a table of their own (NaN for
+    unmatched rows, categories as codes): a join cached by another estimator
+    changes neither their prediction nor what AutoPlan records."""
     ds = _star(3_000, 50, 6, seed=2)
     y = np.random.default_rng(0).normal(size=len(ds))
     clear_materialization_cache()
     trees = FactorizedHistGradientBoostingRegressor(max_iter=3)
-    before = AutoPlan(trees, cost_model="analytical").fit(ds, y).predicted_seconds_
+    before = plan_costs(plan_features(ds, trees, y), "materialized-cpu")["seconds"]
     AutoPlan(FactorizedRidge(), plans=["materialized"]).fit(ds, y)  # caches the join
+    assert ds.cache_info()["materialized"]["tables"] == []
     auto = AutoPlan(trees, plans=["materialized"], cost_model="analytical")
     auto.fit(ds, y)
-    assert auto.predicted_seconds_["materialized-cpu"] == pytest.approx(
-        before["materialized-cpu"]
-    )
+    assert auto.predicted_seconds_["materialized-cpu"] == pytest.approx(before)
     assert auto.materialization_cached_ is False
+    clear_materialization_cache()
+
+
+def test_the_trees_materialized_work_is_sklearns_on_the_cached_table():
+    """scikit-learn's histograms over every joined column, its binning on the
+    join; the table's build counts until the join cache holds it (a search's
+    later fits), then a fold's copy of its rows only."""
+    ds = _star(20_000, 200, 40)
+    y = np.random.default_rng(0).normal(size=len(ds))
+    trees = FactorizedHistGradientBoostingRegressor(max_iter=2, early_stopping=False)
+    n, F = len(ds), 2 + 40
+    clear_materialization_cache()
+    cold = plan_features(ds, trees, y, hardware=HW)
+    trees.set_params(strategy="materialized").fit(ds, y)
+    assert ds.cache_info()["materialized"]["tables"] == [("trees", "cpu")]
+    warm = plan_features(ds, trees, y, hardware=HW)
+    drop = cold["plan_materialized_setup_bytes"] - warm["plan_materialized_setup_bytes"]
+    assert drop == pytest.approx(3.0 * 8.0 * n * F)
+    for key in ("plan_factorized_setup_bytes", "plan_materialized_gather_bytes"):
+        assert warm[key] == cold[key]
+    # A fold (three quarters of the root) copies its rows of the cached table;
+    # without the cache it builds the root's table.
+    fold = ds[np.arange(n // 4, n)]
+    m = len(fold)
+    f_warm = plan_features(fold, trees, y[n // 4 :], hardware=HW)
+    clear_materialization_cache()
+    f_cold = plan_features(fold, trees, y[n // 4 :], hardware=HW)
+    assert f_cold["plan_materialized_setup_bytes"] - f_warm[
+        "plan_materialized_setup_bytes"
+    ] == pytest.approx((3.0 - 2.0) * 8.0 * m * F)
+    # Early stopping: scikit-learn's split copies the table's rows.
+    es = plan_features(ds, clone(trees).set_params(early_stopping=True), y, hardware=HW)
+    assert es["plan_materialized_setup_bytes"] - cold[
+        "plan_materialized_setup_bytes"
+    ] == pytest.approx(2.0 * 8.0 * n * F)
+    # Histograms: every joined column per node, as scikit-learn builds them.
+    assert (
+        cold["plan_materialized_gather_bytes"]
+        > 5 * cold["plan_factorized_gather_bytes"]
+    )
+
+
+def test_calibration_times_sklearns_fit_on_a_table_built_each_time(monkeypatch):
+    """The trees' materialized record is scikit-learn's fit on the joined tree
+    table, the table built at every timed fit (the state the record states: not
+    cached), never a cache hit of the repeats before."""
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    from ilargi_sklearn.ensemble import _gradient_boosting
+    from ilargi_sklearn.planner._calibrate import time_workload
+
+    calls = {"sklearn": 0, "table": 0}
+    fit, table = HistGradientBoostingRegressor.fit, _gradient_boosting._natural_table
+
+    def counted_fit(self, *args, **kwargs):
+        calls["sklearn"] += 1
+        return fit(self, *args, **kwargs)
+
+    def counted_table(*args, **kwargs):
+        calls["table"] += 1
+        return table(*args, **kwargs)
+
+    monkeypatch.setattr(HistGradientBoostingRegressor, "fit", counted_fit)
+    monkeypatch.setattr(_gradient_boosting, "_natural_table", counted_table)
+    ds = _star(2_000, 50, 5, seed=3)
+    y = np.random.default_rng(0).normal(size=len(ds))
+    trees = FactorizedHistGradientBoostingRegressor(max_iter=2, early_stopping=False)
+    timings = time_workload(trees, ds, y, repeats=2, joins=False)
+    assert not timings["warmup_only"]
+    runs = 1 + len(timings["materialized_fit"])  # the warm-up and the repeats
+    assert calls == {"sklearn": runs, "table": runs}
+    assert timings["materialize"] == [0.0] * (runs - 1)
+    clear_materialization_cache()
+
+
+def test_autoplan_sees_the_trees_cached_table():
+    """The trees' materialized plan finds its table in the join cache after a
+    first fit: AutoPlan predicts and records that state (as the joined matrix
+    of the other estimators), and says so."""
+    from ilargi_sklearn.planner import _auto
+
+    ds = _star(3_000, 50, 6, seed=4)
+    y = np.random.default_rng(0).normal(size=len(ds))
+    clear_materialization_cache()
+    _auto.clear_plan_history()
+    trees = FactorizedHistGradientBoostingRegressor(max_iter=3, early_stopping=False)
+    first = AutoPlan(trees, plans=["materialized"], cost_model="analytical")
+    first.fit(ds, y)
+    assert first.materialization_cached_ is False
+    second = AutoPlan(trees, plans=["materialized"], cost_model="analytical")
+    second.fit(ds, y)
+    assert second.materialization_cached_ is True
+    cold = first.predicted_seconds_["materialized-cpu"]
+    assert second.predicted_seconds_["materialized-cpu"] < cold
+    # The first fit built the table: its time less the build is the cached
+    # state's measurement, which the second fit read.
+    assert "materialized-cpu" in second.measured_seconds_
+    np.testing.assert_array_equal(first.predict(ds), second.predict(ds))
+    clear_materialization_cache()
+    _auto.clear_plan_history()
