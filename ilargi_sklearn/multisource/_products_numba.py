@@ -775,7 +775,7 @@ def matmat_pays(plan: Any, k: int) -> bool:
     path's BLAS blocks (0.55x on the 4M-row star at 16 columns)."""
     if not 1 <= k <= MATMAT_COLUMNS:
         return False
-    if plan.dense is None:
+    if k == 1 or plan.dense is None:
         return True
     return plan.dense.shape[1] <= TUPLE_COLUMNS and k <= UNROLL_COLUMNS
 
@@ -798,6 +798,10 @@ def fused_matmat(plan: Any, X: np.ndarray, out: np.ndarray) -> np.ndarray:
         ``out``.
     """
     n, k = plan.n_rows, X.shape[1]
+    if k == 1:
+        # The one-column kernel (1.05-1.25x faster than this one at k = 1).
+        fused_matvec(plan, X[:, 0], out[:, 0])
+        return out
     threads = _launcher.n_threads()
     _define()
     P = _stacked_products(plan, X)
@@ -836,6 +840,8 @@ def fused_rmatmat(plan: Any, Y: np.ndarray) -> np.ndarray:
     ndarray of float64 of shape (n_cols, k)
     """
     n, k = plan.n_rows, Y.shape[1]
+    if k == 1:
+        return fused_rmatvec(plan, Y[:, 0])[:, None]
     threads = _launcher.n_threads()
     _define()
     Y = Y.view()
