@@ -31,10 +31,12 @@ each source's transposed product one BLAS or SciPy product with its table. Up to
 the loops over the columns unroll, 1.7-2.5x faster gathers at 2 and 5 columns) and
 a dense base's coefficients a tuple of tuples (in registers); wider, one kernel
 takes ``k`` at run time. ``T X`` with a dense base that the registers cannot hold
-keeps the NumPy path (:func:`matmat_pays`). Against the NumPy path's gathers into
-per-source temporaries and adds, at one thread: 1.1-2.1x on the Hamlet datasets
-and 1.0-1.2x on the 4M-row star up to 16 columns, about 1.0x at 32 (where the
-output's writes dominate): ``benchmarks/README.md``, "Fused products".
+keeps the NumPy path (:func:`matmat_pays`); one column (a 2-D right-hand side)
+takes the one-column kernels. Against the NumPy path's gathers into per-source
+temporaries and adds, at one thread, 2 to 16 columns: ``T X`` 0.97-1.78x and
+``T^T Y`` 1.09-2.21x on the Hamlet datasets, a tie on the 4M-row star
+(0.95-1.13x); about 1.0x at 32 columns, where the output's writes dominate
+(``benchmarks/README.md``, "Few-column products").
 
 The identity source (the base table) is read inside the row pass in the format
 chosen for it when the operator's plan is built (``_operators.ProductPlan``): dense
