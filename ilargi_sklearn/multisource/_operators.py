@@ -1836,12 +1836,15 @@ class ProductPlan:
 
 
 def _fused_width(X: Any) -> bool:
-    """Whether a product with ``X`` may take the compiled path: one column, or
-    ``1 <= k <=`` :data:`~._products_numba.MATMAT_COLUMNS` columns (wider, the
-    NumPy path's BLAS and SciPy products of the gathered blocks are faster)."""
+    """Whether a product with ``X`` may take the compiled path: a vector, or
+    ``2 <= k <=`` :data:`~._products_numba.MATMAT_COLUMNS` columns (wider, the
+    NumPy path's BLAS and SciPy products of the gathered blocks are faster; one
+    column as a 2-D array, the linear models' statistics with one target, keeps
+    the NumPy path's sums, which the elastic net's alpha grid needs to equal
+    scikit-learn's bit for bit)."""
     if X.ndim == 1:
         return True
-    return X.ndim == 2 and 1 <= X.shape[1] <= MATMAT_COLUMNS
+    return X.ndim == 2 and 2 <= X.shape[1] <= MATMAT_COLUMNS
 
 
 def _product_plan(fm: FactorizedMatrix) -> ProductPlan | None:

@@ -23,16 +23,18 @@ product makes one pass over the target rows for all row groups:
 The few-column products (``k`` up to :data:`MATMAT_COLUMNS`) make the same passes
 with a row of ``k`` values per entry: the sources' products with ``X`` (BLAS and
 SciPy, source-sized) fill a ``total x k`` table, :func:`_gather_k_chunk` writes
-each output row once (the first group's table row plus the dense base's dot
-products, then the other groups' rows), and :func:`_scatter_k_chunk` sums the rows
+each output row once (the dense base's dot products plus the first group's table
+row, then the other groups' rows), and :func:`_scatter_k_chunk` sums the rows
 of ``Y`` into per-chunk tables; the dense base's ``X0^T Y`` is one BLAS product and
 each source's transposed product one BLAS or SciPy product with its table. Up to
 :data:`UNROLL_COLUMNS` columns, ``k`` is a compile-time constant (a tuple's length:
 the loops over the columns unroll, 1.7-2.5x faster gathers at 2 and 5 columns) and
 a dense base's coefficients a tuple of tuples (in registers); wider, one kernel
 takes ``k`` at run time. ``T X`` with a dense base that the registers cannot hold
-keeps the NumPy path (:func:`matmat_pays`); one column (a 2-D right-hand side)
-takes the one-column kernels. Against the NumPy path's gathers into per-source
+keeps the NumPy path (:func:`matmat_pays`), and so does one column as a 2-D
+right-hand side (the linear models' statistics ``T^T S Y`` with one target: their
+sums then stay those of the NumPy path, which the elastic net's alpha grid relies
+on to equal scikit-learn's bit for bit). Against the NumPy path's gathers into per-source
 temporaries and adds, at one thread, 2 to 16 columns: ``T X`` 0.97-1.78x and
 ``T^T Y`` 1.09-2.21x on the Hamlet datasets, a tie on the 4M-row star
 (0.95-1.13x); about 1.0x at 32 columns, where the output's writes dominate
@@ -98,7 +100,7 @@ __all__ = [
 BASE_NONE, BASE_CSR, BASE_COO, BASE_ONE = 0, 1, 2, 3
 
 #: Most columns of ``X`` in ``T X`` and of ``Y`` in ``T^T Y`` that the compiled
-#: products take (wider ones take the NumPy path).
+#: products take (wider ones, and one column as a 2-D array, take the NumPy path).
 MATMAT_COLUMNS = 16
 
 #: Most columns for which the few-column kernels are compiled for their ``k``
@@ -425,11 +427,13 @@ def _gather_k_chunk(
 ):
     # out[i, :] = X0[i] @ W0t.T + sum_g P[offsets[g] + idx_g[i], :]
     #             + (sparse base row i) @ Wb
-    # _gather_chunk with a row of k columns: per column, the first row group's
-    # entry plus the dense base's dot product (W0t's rows are contiguous) summed
-    # in a register (adding the base's values times rows of W0 into the output
-    # row instead: 2x slower, each add a store), then the other groups add
-    # theirs; the row's k values stay in L1.
+    # _gather_chunk with a row of k columns: per column, the dense base's dot
+    # product summed in a register (adding the base's values times rows of W0
+    # into the output row instead: 2x slower, each add a store) plus the first
+    # row group's entry, then the other groups add theirs; the row's k values
+    # stay in L1. The NumPy path's order (base, then the groups in order): its
+    # sums, and the fits whose paths follow them to the last digits (the
+    # multinomial LogisticRegressionCV against scikit-learn's), stay the same.
     # Unmatched rows take the group's zero row (a select, not a branch). k =
     # len(width) and d0 = len(base_width): compile-time constants for tuples
     # (the loops over them unroll), run-time ones for arrays (wider products,
@@ -444,11 +448,11 @@ def _gather_k_chunk(
             r = idxs[0][u]
             p = _u(offsets[0] + (r if r >= 0 else pads[0]))
             for j in range(k):
-                acc = P[p, _u(j)]
+                acc = 0.0
                 wj = W0t[j]
                 for t in range(d0):
                     acc += X0[u, _u(t)] * wj[t]
-                out[u, _u(j)] = acc
+                out[u, _u(j)] = acc + P[p, _u(j)]
             for g in range(1, n_groups):
                 r = idxs[g][u]
                 p = _u(offsets[g] + (r if r >= 0 else pads[g]))
@@ -770,14 +774,14 @@ def _stacked_products(plan: Any, X: np.ndarray) -> np.ndarray:
 def matmat_pays(plan: Any, k: int) -> bool:
     """Whether :func:`fused_matmat` beats the NumPy path for ``k`` columns.
 
-    Up to :data:`MATMAT_COLUMNS` columns, except with a dense identity source
+    From 2 up to :data:`MATMAT_COLUMNS` columns, except with a dense identity source
     that the row pass cannot keep in registers (more than :data:`TUPLE_COLUMNS`
     columns, or more than :data:`UNROLL_COLUMNS` columns of ``X``): its dot
     products then reload the coefficients for every row and lose to the NumPy
     path's BLAS blocks (0.55x on the 4M-row star at 16 columns)."""
-    if not 1 <= k <= MATMAT_COLUMNS:
+    if not 2 <= k <= MATMAT_COLUMNS:
         return False
-    if k == 1 or plan.dense is None:
+    if plan.dense is None:
         return True
     return plan.dense.shape[1] <= TUPLE_COLUMNS and k <= UNROLL_COLUMNS
 
@@ -790,7 +794,7 @@ def fused_matmat(plan: Any, X: np.ndarray, out: np.ndarray) -> np.ndarray:
     plan : ProductPlan
         The operator's product plan (``_operators.ProductPlan``).
     X : ndarray of shape (n_cols, k)
-        Real numbers of any dtype, ``k >= 1``.
+        Real numbers of any dtype, ``k >= 2``.
     out : ndarray of float32 or float64 of shape (n_rows, k), C-contiguous
         Written, every entry once.
 
@@ -800,10 +804,6 @@ def fused_matmat(plan: Any, X: np.ndarray, out: np.ndarray) -> np.ndarray:
         ``out``.
     """
     n, k = plan.n_rows, X.shape[1]
-    if k == 1:
-        # The one-column kernel (1.05-1.25x faster than this one at k = 1).
-        fused_matvec(plan, X[:, 0], out[:, 0])
-        return out
     threads = _launcher.n_threads()
     _define()
     P = _stacked_products(plan, X)
@@ -842,8 +842,6 @@ def fused_rmatmat(plan: Any, Y: np.ndarray) -> np.ndarray:
     ndarray of float64 of shape (n_cols, k)
     """
     n, k = plan.n_rows, Y.shape[1]
-    if k == 1:
-        return fused_rmatvec(plan, Y[:, 0])[:, None]
     threads = _launcher.n_threads()
     _define()
     Y = Y.view()
