@@ -9,6 +9,8 @@ Usage::
         [--calls 20] [--out FILE]
     python benchmarks/bench_products.py . . --star --threads 1,0
     python benchmarks/bench_products.py . --sizes 16384,65536,262144,1048576
+    python benchmarks/bench_products.py [/tmp/before] . --user-threads [--rounds 5]
+    python benchmarks/bench_products.py . --columns 1,2,5,8,16,32 --hamlet PATH [--star]
 
 Measures ``T @ w``, ``T^T y`` (one column) and ``T @ W``, ``T^T Y`` (five columns) of
 ``ds.operator`` on each dataset, and optionally the fits that live on these products
@@ -33,6 +35,20 @@ For the star, the run also measures NumPy's read-bandwidth floor of each product
 in the same rounds: ``X0.sum()`` and ``idx.sum()`` (reading the base and the index
 vector once, the least a product must read), plus ``y.sum()`` for ``T^T y``.
 
+``--user-threads`` times the star's ``T @ w`` and ``T^T y`` as a user's plain script
+gets them: one fresh process per tree, no thread variables set, ``--calls`` calls
+of each product (default 20) at the default threads and inside
+``threadpoolctl.threadpool_limits(1)``, alternating per round; reported per tree:
+the medians, their ratio (the speed-up of the default threads), and the share of
+the launches' chunks that the calling thread ran at the default threads (the
+rest ran on the pool's helper), from calls timed apart.
+
+``--columns K,...`` times ``T @ W`` and ``T^T Y`` with each number of columns on the
+compiled path against the NumPy path (``ILARGI_SKLEARN_NO_NUMBA=1``) of the same
+tree, in one process per dataset, alternating call by call: where the compiled
+few-column products pay (``_products_numba.MATMAT_COLUMNS``, ``matmat_pays``).
+A ratio > 1: the compiled path is faster.
+
 ``--threads 1`` pins BLAS, OpenMP and numba to one thread; ``--threads 0`` (the
 default) leaves the libraries' own counts, as a user gets them. One value per tree
 (``--threads 1,0`` with the same tree twice) times one thread against the default
@@ -43,6 +59,7 @@ appended to ``--out`` (default ``benchmarks/results/products.jsonl``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import gc
 import json
@@ -289,6 +306,159 @@ def _onehot(rng: np.random.Generator, r: int, per_row: int, width: int) -> Any:
     return sp.csr_matrix((np.ones(r * per_row), cols.ravel(), indptr), shape=(r, width))
 
 
+# ------------------------------------------------- default threads in a script
+def user_threads_child(tree: str, rounds: int, calls: int) -> None:
+    """The star's one-column products at the default threads and at one thread
+    (``threadpool_limits(1)``) in this fresh process; one JSON line out."""
+    sys.path[:0] = [tree]
+    import threading
+
+    from threadpoolctl import threadpool_limits
+
+    from ilargi_sklearn._backend import _launcher
+
+    ds, _ = _star()
+    op = ds.operator
+    rng = np.random.default_rng(0)
+    w, y = rng.standard_normal(op.n_cols), rng.standard_normal(op.n_rows)
+    products = {"matvec": lambda: op.matmul(w), "rmatvec": lambda: op.rmatmul(y)}
+    modes = {"one": lambda: threadpool_limits(1), "default": contextlib.nullcontext}
+    for mode in modes.values():  # warm-up: compilation, caches, the pool
+        with mode():
+            for f in products.values():
+                f(), f()
+    times: dict[str, list[float]] = {}
+    for r in range(rounds):
+        order = list(modes) if r % 2 == 0 else list(modes)[::-1]
+        for mode in order:
+            with modes[mode]():
+                for name, f in products.items():
+                    ts = []
+                    for _ in range(calls):
+                        t0 = time.perf_counter()
+                        f()
+                        ts.append(time.perf_counter() - t0)
+                    times.setdefault(f"{name} {mode}", []).append(statistics.median(ts))
+    # Who ran the chunks at the default threads (calls apart from the timed ones).
+    main = threading.get_ident()
+    ran = {"caller": 0, "helper": 0}
+    real_run = _launcher._pool.run
+
+    def counting_run(task, n_chunks, threads):
+        def counted(c):
+            ran["caller" if threading.get_ident() == main else "helper"] += 1
+            task(c)
+
+        return real_run(counted, n_chunks, threads)
+
+    _launcher._pool.run = counting_run
+    shares = {}
+    for name, f in products.items():
+        ran.update(caller=0, helper=0)
+        for _ in range(calls):
+            f()
+        shares[name] = ran["caller"] / max(ran["caller"] + ran["helper"], 1)
+    _launcher._pool.run = real_run
+    out = {k: statistics.median(v) for k, v in times.items()}
+    out["caller_share"] = shares
+    out["threads"] = _launcher.n_threads()
+    print(json.dumps(out), flush=True)
+
+
+def user_threads(trees: list[str], rounds: int, calls: int) -> list[dict]:
+    """:func:`user_threads_child` for each tree, in turn, in fresh processes."""
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARS}
+    records = []
+    for tree in trees:
+        env["PYTHONPATH"] = os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")])
+        argv = [sys.executable, os.path.abspath(__file__), "--user-child", tree]
+        argv += ["--rounds", str(rounds), "--calls", str(calls)]
+        load = os.getloadavg()
+        res = json.loads(subprocess.run(argv, env=env, check=True, capture_output=True,
+                                        text=True).stdout.splitlines()[-1])  # fmt: skip
+        for name in ("matvec", "rmatvec"):
+            one, dflt = res[f"{name} one"], res[f"{name} default"]
+            rec = {"case": "star", "measure": name, "tree": tree, "one": one}
+            rec.update(default=dflt, speedup=one / dflt, threads=res["threads"])
+            rec.update(caller_share=res["caller_share"][name], load=load)
+            records.append(rec)
+            print(
+                f"{tree}  {name:<8} one thread {one * 1e3:8.2f} ms  default "
+                f"({res['threads']} threads) {dflt * 1e3:8.2f} ms  x{one / dflt:5.2f}"
+                f"  caller ran {res['caller_share'][name]:.0%} of the chunks"
+                f"  (load {load[0]:.2f})",
+                flush=True,
+            )
+    return records
+
+
+# ---------------------------------------------------- where the columns pay
+def columns_child(tree: str, case: str, ks: list[int], rounds: int, calls: int) -> None:
+    """Compiled against NumPy path for ``T @ W``, ``T^T Y`` of ``k`` columns."""
+    sys.path[:0] = [os.path.join(tree, "benchmarks"), tree]
+    from ilargi_sklearn._backend import _launcher
+
+    ds, _ = load_case(case)
+    op = ds.operator
+    rng = np.random.default_rng(0)
+    for k in ks:
+        W = rng.standard_normal((op.n_cols, k))
+        Y = rng.standard_normal((op.n_rows, k))
+        calls_ = {
+            "matmul": lambda W=W: op.matmul(W),
+            "rmatmul": lambda Y=Y: op.rmatmul(Y),
+        }
+        times: dict[tuple[str, str], list[float]] = {}
+        for r in range(rounds):
+            paths = ("numpy", "compiled") if r % 2 == 0 else ("compiled", "numpy")
+            for path in paths:
+                if path == "numpy":
+                    os.environ[_launcher.NO_NUMBA_ENV] = "1"
+                else:
+                    os.environ.pop(_launcher.NO_NUMBA_ENV, None)
+                for name, f in calls_.items():
+                    f()  # warm-up (compilation on the first round)
+                    ts = []
+                    for _ in range(calls):
+                        t0 = time.perf_counter()
+                        f()
+                        ts.append(time.perf_counter() - t0)
+                    times.setdefault((name, path), []).append(statistics.median(ts))
+        rec = {"case": case.split("@")[0], "k": k}
+        for name in calls_:
+            a = statistics.median(times[(name, "numpy")])
+            b = statistics.median(times[(name, "compiled")])
+            rec[name] = [a, b, a / b]
+        print(json.dumps(rec), flush=True)
+
+
+def columns(tree: str, cases: list[str], ks: list[int], rounds: int, calls: int,
+            threads: int) -> list[dict]:  # fmt: skip
+    env = dict(os.environ)
+    if threads:
+        env.update(dict.fromkeys(THREAD_VARS, str(threads)))
+    env["PYTHONPATH"] = os.pathsep.join([tree, env.get("PYTHONPATH", "")])
+    print(f"{'case':<22} {'k':>3}  {'T @ W numpy ms':>14} {'compiled':>9} {'ratio':>6}"
+          f"  {'T^T Y numpy ms':>14} {'compiled':>9} {'ratio':>6}")  # fmt: skip
+    records = []
+    for case in cases:
+        argv = [sys.executable, os.path.abspath(__file__), "--columns-child", tree]
+        argv += ["--case", case, "--columns", ",".join(map(str, ks))]
+        argv += ["--rounds", str(rounds), "--calls", str(calls)]
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+        for line in proc.stdout:
+            rec = json.loads(line)
+            rec.update(load=os.getloadavg(), threads=threads)
+            records.append(rec)
+            mm, rm = rec["matmul"], rec["rmatmul"]
+            print(f"{rec['case']:<22} {rec['k']:>3}  {mm[0] * 1e3:14.3f} "
+                  f"{mm[1] * 1e3:9.3f} {mm[2]:6.2f}  {rm[0] * 1e3:14.3f} "
+                  f"{rm[1] * 1e3:9.3f} {rm[2]:6.2f}", flush=True)  # fmt: skip
+        if proc.wait():
+            raise RuntimeError(f"the child of {case} exited with {proc.returncode}")
+    return records
+
+
 # --------------------------------------------------------------------- the parent
 class Child:
     def __init__(self, tree: str, case: str, names: list[str], threads: int):
@@ -404,13 +574,33 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated row counts: time 1 against 2 threads on stars of "
         "these sizes (this tree only, in this process)",
     )
+    p.add_argument(
+        "--user-threads",
+        action="store_true",
+        help="the star's T @ w and T^T y at the default threads against "
+        "threadpool_limits(1), in a fresh plain process per tree",
+    )
+    p.add_argument(
+        "--columns",
+        help="comma-separated column counts: T @ W and T^T Y compiled against the "
+        "NumPy path of the last tree, per dataset",
+    )
     p.add_argument("--out", default=os.path.join(HERE, "results", "products.jsonl"))
     p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--columns-child", help=argparse.SUPPRESS)
+    p.add_argument("--user-child", help=argparse.SUPPRESS)
     p.add_argument("--case", help=argparse.SUPPRESS)
     p.add_argument("--names", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         child(args.child, args.case, args.names.split(","))
+        return 0
+    if args.columns_child:
+        ks = [int(v) for v in args.columns.split(",")]
+        columns_child(args.columns_child, args.case, ks, args.rounds, args.calls)
+        return 0
+    if args.user_child:
+        user_threads_child(args.user_child, args.rounds, args.calls)
         return 0
     if not 1 <= len(args.trees) <= 2:
         p.error("give one or two source trees (before, after)")
@@ -420,6 +610,16 @@ def main(argv: list[str] | None = None) -> int:
         threads *= len(trees)
     if len(threads) != len(trees):
         p.error(f"--threads {args.threads}: give one value, or one per tree")
+    if args.user_threads:
+        print(f"default threads against one, in a plain process; load: "
+              f"{os.getloadavg()}")  # fmt: skip
+        records = user_threads(trees, args.rounds, args.calls)
+        if args.out:
+            os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+            with open(args.out, "a") as f:
+                for rec in records:
+                    f.write(json.dumps({**rec, "part": "user-threads"}) + "\n")
+        return 0
     if args.sizes:
         print(f"where threads pay: {trees[-1]}; load: {os.getloadavg()}")
         ns = [int(float(v)) for v in args.sizes.split(",")]
@@ -446,6 +646,17 @@ def main(argv: list[str] | None = None) -> int:
         cases.append("star")
     if args.flights:
         cases.append("flights")
+    if args.columns:
+        ks = [int(v) for v in args.columns.split(",")]
+        print(f"compiled against NumPy path: {trees[-1]}; threads: "
+              f"{threads[-1] or 'default'}; load: {os.getloadavg()}")  # fmt: skip
+        records = columns(trees[-1], cases, ks, args.rounds, args.calls, threads[-1])
+        if args.out:
+            os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+            with open(args.out, "a") as f:
+                for rec in records:
+                    f.write(json.dumps({**rec, "part": "columns"}) + "\n")
+        return 0
     ops = [o for o in args.ops.split(",") if o]
     fits = [f for f in args.fits.split(",") if f]
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

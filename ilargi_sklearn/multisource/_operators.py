@@ -83,8 +83,12 @@ from ilargi_sklearn.multisource._products_numba import (
     BASE_CSR,
     BASE_NONE,
     BASE_ONE,
+    MATMAT_COLUMNS,
+    fused_matmat,
     fused_matvec,
+    fused_rmatmat,
     fused_rmatvec,
+    matmat_pays,
 )
 
 __all__ = [
@@ -578,12 +582,16 @@ class FactorizedMatrix(Operator):
                 f"({self.n_cols},) or ({self.n_cols}, k) for an operator of shape "
                 f"{self.shape}."
             )
-        if X.ndim == 1:
+        if _fused_width(X):
             plan = self._compiled_plan(X, dtype)
+            if plan is not None and X.ndim == 2 and not matmat_pays(plan, X.shape[1]):
+                plan = None
             if plan is not None:
                 target = np.empty(shape, dtype) if out is None else out
                 try:
-                    return fused_matvec(plan, X, target)
+                    if X.ndim == 1:
+                        return fused_matvec(plan, X, target)
+                    return fused_matmat(plan, X, target)
                 except CompiledUnavailable:
                     pass
         # Per row group: the dense identity terms (multiplied block by block below),
@@ -653,16 +661,16 @@ class FactorizedMatrix(Operator):
                 f"({self.n_rows},) or ({self.n_rows}, k) for an operator of shape "
                 f"{self.shape}."
             )
-        if Y.ndim == 1:
+        if _fused_width(Y):
             dtype = result_dtype(self.dtype, Y)
             plan = self._compiled_plan(Y, dtype)
             if plan is not None:
                 if Y.dtype not in (np.float32, np.float64):
                     Y = Y.astype(np.float64)
+                Y = np.ascontiguousarray(Y)
+                fused = fused_rmatvec if Y.ndim == 1 else fused_rmatmat
                 try:
-                    return fused_rmatvec(plan, np.ascontiguousarray(Y)).astype(
-                        dtype, copy=False
-                    )
+                    return fused(plan, Y).astype(dtype, copy=False)
                 except CompiledUnavailable:
                     pass
         out = self._zeros(
@@ -1757,6 +1765,9 @@ class PlanSource:
     own_cols : bool
         Whether no other term places values in its target columns (its
         transposed product can then add into them while others run).
+    matrix : ndarray or sparse matrix
+        The source as the products with several columns read it: ``dense`` where
+        there is one, else the term's own sparse matrix (BLAS and SciPy products).
     """
 
     dense: np.ndarray | None
@@ -1769,6 +1780,7 @@ class PlanSource:
     cols: slice | np.ndarray
     offset: int
     own_cols: bool
+    matrix: Any = field(default=None, repr=False)
 
     @property
     def work(self) -> int:
@@ -1823,6 +1835,18 @@ class ProductPlan:
     no_dense: np.ndarray = field(repr=False)
 
 
+def _fused_width(X: Any) -> bool:
+    """Whether a product with ``X`` may take the compiled path: a vector, or
+    ``2 <= k <=`` :data:`~._products_numba.MATMAT_COLUMNS` columns (wider, the
+    NumPy path's BLAS and SciPy products of the gathered blocks are faster; one
+    column as a 2-D array, the linear models' statistics with one target, keeps
+    the NumPy path's sums, which the elastic net's alpha grid needs to equal
+    scikit-learn's bit for bit)."""
+    if X.ndim == 1:
+        return True
+    return X.ndim == 2 and 2 <= X.shape[1] <= MATMAT_COLUMNS
+
+
 def _product_plan(fm: FactorizedMatrix) -> ProductPlan | None:
     """The :class:`ProductPlan` of a NumPy factorized matrix, or None where the
     compiled products do not apply (device sources, another dtype than float32 or
@@ -1866,7 +1890,10 @@ def _product_plan(fm: FactorizedMatrix) -> ProductPlan | None:
             binary = parts[2] is not None and bool(np.all(parts[2] == 1))
             r, width = int(t.S.shape[0]), int(t.S.shape[1])
             own = bool(np.all(coverage[t.cols] == 1))
-            src = PlanSource(D, *parts, binary, r, width, t.col_index, offset, own)
+            matrix = t.S if D is None else D
+            src = PlanSource(
+                D, *parts, binary, r, width, t.col_index, offset, own, matrix
+            )
             group.append(src)
         groups.append(tuple(group))
         r = rows.n_source_rows

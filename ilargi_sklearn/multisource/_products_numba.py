@@ -1,4 +1,5 @@
-"""Compiled (numba) one-column products of a factorized matrix: ``T x`` and ``T^T y``.
+"""Compiled (numba) products of a factorized matrix: ``T x`` and ``T^T y``, and
+``T X`` and ``T^T Y`` with a few columns.
 
 NumPy evaluates ``T x`` per row group as a gather of the source-side product into an
 n-length temporary and an add (``np.take``, then ``+=``), and ``T^T y`` as one
@@ -18,6 +19,26 @@ product makes one pass over the target rows for all row groups:
   registers, in a second pass over the chunk's rows (1.3x faster than one pass
   that does both); then each source's transposed product with its table
   (:func:`_source_t`, :func:`_dense_source_t`).
+
+The few-column products (``k`` up to :data:`MATMAT_COLUMNS`) make the same passes
+with a row of ``k`` values per entry: the sources' products with ``X`` (BLAS and
+SciPy, source-sized) fill a ``total x k`` table, :func:`_gather_k_chunk` writes
+each output row once (the dense base's dot products plus the first group's table
+row, then the other groups' rows), and :func:`_scatter_k_chunk` sums the rows
+of ``Y`` into per-chunk tables; the dense base's ``X0^T Y`` is one BLAS product and
+each source's transposed product one BLAS or SciPy product with its table. Up to
+:data:`UNROLL_COLUMNS` columns, ``k`` is a compile-time constant (a tuple's length:
+the loops over the columns unroll, 1.7-2.5x faster gathers at 2 and 5 columns) and
+a dense base's coefficients a tuple of tuples (in registers); wider, one kernel
+takes ``k`` at run time. ``T X`` with a dense base that the registers cannot hold
+keeps the NumPy path (:func:`matmat_pays`), and so does one column as a 2-D
+right-hand side (the linear models' statistics ``T^T S Y`` with one target: their
+sums then stay those of the NumPy path, which the elastic net's alpha grid relies
+on to equal scikit-learn's bit for bit). Against the NumPy path's gathers into per-source
+temporaries and adds, at one thread, 2 to 16 columns: ``T X`` 0.97-1.78x and
+``T^T Y`` 1.09-2.21x on the Hamlet datasets, a tie on the 4M-row star
+(0.95-1.13x); about 1.0x at 32 columns, where the output's writes dominate
+(``benchmarks/README.md``, "Few-column products").
 
 The identity source (the base table) is read inside the row pass in the format
 chosen for it when the operator's plan is built (``_operators.ProductPlan``): dense
@@ -64,15 +85,28 @@ __all__ = [
     "BASE_CSR",
     "BASE_NONE",
     "BASE_ONE",
+    "MATMAT_COLUMNS",
     "TUPLE_COLUMNS",
+    "fused_matmat",
     "fused_matvec",
+    "fused_rmatmat",
     "fused_rmatvec",
+    "matmat_pays",
 ]
 
 #: Formats of a sparse identity source in the row passes (``kind``): none, CSR,
 #: COO (CSR's arrays plus the row of each entry) and one entry per row (CSR whose
 #: row pointers are ``0, 1, ..., n``: only the entries' columns and values are read).
 BASE_NONE, BASE_CSR, BASE_COO, BASE_ONE = 0, 1, 2, 3
+
+#: Most columns of ``X`` in ``T X`` and of ``Y`` in ``T^T Y`` that the compiled
+#: products take (wider ones, and one column as a 2-D array, take the NumPy path).
+MATMAT_COLUMNS = 16
+
+#: Most columns for which the few-column kernels are compiled for their ``k``
+#: (their loops over the columns unrolled: 1.7-2.5x faster gathers at 2 and 5
+#: columns; no faster from 8 on, where the unrolled rows take the registers).
+UNROLL_COLUMNS = 8
 
 #: Widest dense identity source whose coefficients go to the row pass as a tuple.
 TUPLE_COLUMNS = 8
@@ -304,6 +338,170 @@ def _source_t(indptr, indices, data, binary, b, off, out, start, stop):
             q += 1
 
 
+# --------------------------------------------------- few-column products (k >= 1)
+def _base_rows_k(kind, indptr, rows, indices, data, binary, Wb, out, lo, hi):
+    # out[i, :] += (sparse base row i) @ Wb for the rows [lo, hi): _base_rows with
+    # a row of k columns per entry.
+    k = out.shape[1]
+    if kind == BASE_CSR:
+        q = indptr[lo]
+        for i in range(lo, hi):
+            u = _u(i)
+            end = indptr[u + 1]
+            while q < end:
+                v = _u(q)
+                col = _u(indices[v])
+                val = 1.0 if binary else data[v]
+                for j in range(k):
+                    out[u, _u(j)] += val * Wb[col, _u(j)]
+                q += 1
+    elif kind == BASE_ONE:
+        for i in range(lo, hi):
+            u = _u(i)
+            col = _u(indices[u])
+            val = 1.0 if binary else data[u]
+            for j in range(k):
+                out[u, _u(j)] += val * Wb[col, _u(j)]
+    elif kind == BASE_COO:
+        for q in range(indptr[lo], indptr[hi]):
+            v = _u(q)
+            u = _u(rows[v])
+            col = _u(indices[v])
+            val = 1.0 if binary else data[v]
+            for j in range(k):
+                out[u, _u(j)] += val * Wb[col, _u(j)]
+
+
+def _base_cols_k(kind, indptr, rows, indices, data, binary, Y, A, lo, hi):
+    # A[col, :] += value * Y[i, :] over the sparse base's entries of rows [lo, hi).
+    k = Y.shape[1]
+    if kind == BASE_CSR:
+        q = indptr[lo]
+        for i in range(lo, hi):
+            u = _u(i)
+            end = indptr[u + 1]
+            while q < end:
+                v = _u(q)
+                col = _u(indices[v])
+                val = 1.0 if binary else data[v]
+                for j in range(k):
+                    A[col, _u(j)] += val * Y[u, _u(j)]
+                q += 1
+    elif kind == BASE_ONE:
+        for i in range(lo, hi):
+            u = _u(i)
+            col = _u(indices[u])
+            val = 1.0 if binary else data[u]
+            for j in range(k):
+                A[col, _u(j)] += val * Y[u, _u(j)]
+    elif kind == BASE_COO:
+        for q in range(indptr[lo], indptr[hi]):
+            v = _u(q)
+            u = _u(rows[v])
+            col = _u(indices[v])
+            val = 1.0 if binary else data[v]
+            for j in range(k):
+                A[col, _u(j)] += val * Y[u, _u(j)]
+
+
+def _gather_k_chunk(
+    width,
+    base_width,
+    X0,
+    W0t,
+    kind,
+    indptr,
+    rows,
+    indices,
+    data,
+    binary,
+    Wb,
+    idxs,
+    P,
+    offsets,
+    pads,
+    out,
+    c,
+    start,
+    stop,
+):
+    # out[i, :] = X0[i] @ W0t.T + sum_g P[offsets[g] + idx_g[i], :]
+    #             + (sparse base row i) @ Wb
+    # _gather_chunk with a row of k columns: per column, the dense base's dot
+    # product summed in a register (adding the base's values times rows of W0
+    # into the output row instead: 2x slower, each add a store) plus the first
+    # row group's entry, then the other groups add theirs; the row's k values
+    # stay in L1. The NumPy path's order (base, then the groups in order): its
+    # sums, and the fits whose paths follow them to the last digits (the
+    # multinomial LogisticRegressionCV against scikit-learn's), stay the same.
+    # Unmatched rows take the group's zero row (a select, not a branch). k =
+    # len(width) and d0 = len(base_width): compile-time constants for tuples
+    # (the loops over them unroll), run-time ones for arrays (wider products,
+    # wider bases).
+    d0 = len(base_width)
+    k = len(width)
+    n_groups = len(idxs)
+    for lo in range(start, stop, BLOCK_ROWS):
+        hi = min(lo + BLOCK_ROWS, stop)
+        for i in range(lo, hi):
+            u = _u(i)
+            r = idxs[0][u]
+            p = _u(offsets[0] + (r if r >= 0 else pads[0]))
+            for j in range(k):
+                acc = 0.0
+                wj = W0t[j]
+                for t in range(d0):
+                    acc += X0[u, _u(t)] * wj[t]
+                out[u, _u(j)] = acc + P[p, _u(j)]
+            for g in range(1, n_groups):
+                r = idxs[g][u]
+                p = _u(offsets[g] + (r if r >= 0 else pads[g]))
+                for j in range(k):
+                    out[u, _u(j)] += P[p, _u(j)]
+        if kind != BASE_NONE:
+            _base_rows_k_kernel(
+                kind, indptr, rows, indices, data, binary, Wb, out, lo, hi
+            )
+
+
+def _scatter_k_chunk(
+    width,
+    Y,
+    idxs,
+    offsets,
+    pads,
+    kind,
+    indptr,
+    rows,
+    indices,
+    data,
+    binary,
+    bins,
+    accb,
+    c,
+    start,
+    stop,
+):
+    # bins[c, offsets[g] + idx_g[i], :] += Y[i, :] (unmatched rows into the
+    # group's pad row, never read) and accb[c, col, :] += value * Y[i, :] for the
+    # sparse base: _scatter_chunk with a row of k columns.
+    B = bins[c]
+    A = accb[c]
+    k = len(width)  # as in _gather_k_chunk
+    n_groups = len(idxs)
+    for lo in range(start, stop, BLOCK_ROWS):
+        hi = min(lo + BLOCK_ROWS, stop)
+        for i in range(lo, hi):
+            u = _u(i)
+            for g in range(n_groups):
+                r = idxs[g][u]
+                p = _u(offsets[g] + (r if r >= 0 else pads[g]))
+                for j in range(k):
+                    B[p, _u(j)] += Y[u, _u(j)]
+        if kind != BASE_NONE:
+            _base_cols_k_kernel(kind, indptr, rows, indices, data, binary, Y, A, lo, hi)
+
+
 # The fewest rows of a chunk worth a thread, for the sources' products the fewest
 # entries: a second thread from 524,288 target rows (4 chunks per thread, one for
 # the scatter's per-chunk tables) and 1,048,576 entries of the sources. Measured
@@ -319,6 +517,10 @@ _launcher.register("products_dense_source_t", _dense_source_t)
 _launcher.register("products_dense_t", _dense_t_chunk)
 _launcher.register("products_base_rows", _base_rows)
 _launcher.register("products_base_cols", _base_cols)
+_launcher.register("products_gather_k", _gather_k_chunk, min_rows=65536)
+_launcher.register("products_scatter_k", _scatter_k_chunk, min_rows=262144)
+_launcher.register("products_base_rows_k", _base_rows_k)
+_launcher.register("products_base_cols_k", _base_cols_k)
 
 
 #: The jitted kernels that other kernels call (numba resolves these globals when
@@ -326,13 +528,18 @@ _launcher.register("products_base_cols", _base_cols)
 #: that numba is imported only then.
 _base_rows_kernel: Any = None
 _base_cols_kernel: Any = None
+_base_rows_k_kernel: Any = None
+_base_cols_k_kernel: Any = None
 
 
 def _define() -> None:
     global _base_rows_kernel, _base_cols_kernel
-    if _base_rows_kernel is None:
+    global _base_rows_k_kernel, _base_cols_k_kernel
+    if _base_rows_k_kernel is None:
         _base_cols_kernel = _launcher._dispatcher("products_base_cols")
         _base_rows_kernel = _launcher._dispatcher("products_base_rows")
+        _base_cols_k_kernel = _launcher._dispatcher("products_base_cols_k")
+        _base_rows_k_kernel = _launcher._dispatcher("products_base_rows_k")
 
 
 def _coefficients(x: np.ndarray, cols: slice | np.ndarray) -> np.ndarray:
@@ -532,4 +739,129 @@ def fused_rmatvec(plan: Any, y: np.ndarray) -> np.ndarray:
     for src, part in zip(terms, parts, strict=True):
         if part is not None:
             out[src.cols] += part
+    return out
+
+
+def _width(k: int, unroll: int = UNROLL_COLUMNS) -> tuple | np.ndarray:
+    """The kernels' ``width`` argument for ``k`` columns: a tuple of ``k`` zeros
+    up to ``unroll`` (numba compiles the kernel for that ``k``, its loops over
+    the columns unrolled), else an array (one compiled kernel for all)."""
+    return (0,) * k if k <= unroll else np.zeros(k, dtype=np.int8)
+
+
+def _stacked_products(plan: Any, X: np.ndarray) -> np.ndarray:
+    """The stacked float64 table ``P`` (``plan.total x k``) of the row groups'
+    source-side products ``sum_t S_t X_t`` with the columns of ``X``.
+
+    Source-sized: BLAS for dense sources, SciPy's CSR product for sparse ones
+    (on several columns both are as fast as a compiled loop), each written into
+    its group's rows of the table, followed by the group's zero row."""
+    k = X.shape[1]
+    P = np.empty((plan.total, k))
+    for group in plan.groups:
+        off, r = group[0].offset, group[0].n_rows
+        Z = P[off : off + r]
+        for i, src in enumerate(group):
+            prod = src.matrix @ X[src.cols]
+            if i == 0:
+                Z[...] = prod
+            else:
+                Z += prod
+        P[off + r] = 0.0
+    return P
+
+
+def matmat_pays(plan: Any, k: int) -> bool:
+    """Whether :func:`fused_matmat` beats the NumPy path for ``k`` columns.
+
+    From 2 up to :data:`MATMAT_COLUMNS` columns, except with a dense identity source
+    that the row pass cannot keep in registers (more than :data:`TUPLE_COLUMNS`
+    columns, or more than :data:`UNROLL_COLUMNS` columns of ``X``): its dot
+    products then reload the coefficients for every row and lose to the NumPy
+    path's BLAS blocks (0.55x on the 4M-row star at 16 columns)."""
+    if not 2 <= k <= MATMAT_COLUMNS:
+        return False
+    if plan.dense is None:
+        return True
+    return plan.dense.shape[1] <= TUPLE_COLUMNS and k <= UNROLL_COLUMNS
+
+
+def fused_matmat(plan: Any, X: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``T X`` into ``out`` (shape ``(n_rows, k)``) through the operator's plan.
+
+    Parameters
+    ----------
+    plan : ProductPlan
+        The operator's product plan (``_operators.ProductPlan``).
+    X : ndarray of shape (n_cols, k)
+        Real numbers of any dtype, ``k >= 2``.
+    out : ndarray of float32 or float64 of shape (n_rows, k), C-contiguous
+        Written, every entry once.
+
+    Returns
+    -------
+    ndarray
+        ``out``.
+    """
+    n, k = plan.n_rows, X.shape[1]
+    threads = _launcher.n_threads()
+    _define()
+    P = _stacked_products(plan, X)
+    P.flags.writeable = False
+    X0 = plan.no_dense if plan.dense is None else plan.dense
+    W0t = np.ascontiguousarray(X[plan.dense_cols].T, dtype=np.float64)
+    Wb = np.ascontiguousarray(X[plan.sparse_cols], dtype=np.float64)
+    W0t.flags.writeable = Wb.flags.writeable = False
+    base_width = _width(X0.shape[1], TUPLE_COLUMNS)
+    if isinstance(base_width, tuple) and k <= UNROLL_COLUMNS:
+        # Coefficients in registers (a tuple's values are constants of the row
+        # loop; an array's are loaded again after each store to the output).
+        # Without a dense base, rows of one unread zero (numba cannot type an
+        # index into an empty tuple).
+        W0t = tuple(tuple(float(v) for v in row) or (0.0,) for row in W0t)
+    head = (_width(k), base_width, X0, W0t, plan.kind, plan.indptr, plan.rows)
+    head += (plan.indices, plan.data, plan.binary, Wb, plan.idxs, P, plan.offsets)
+    head += (plan.pads, out)
+    min_rows = _launcher.MIN_CHUNK_ROWS["products_gather_k"]
+    n_chunks = _launcher.chunks(n, min_rows, threads)
+    _launcher.launch("products_gather_k", head, n, n_chunks, threads)
+    return out
+
+
+def fused_rmatmat(plan: Any, Y: np.ndarray) -> np.ndarray:
+    """``T^T Y`` as a float64 array of shape ``(n_cols, k)`` through the plan.
+
+    Parameters
+    ----------
+    plan : ProductPlan
+        The operator's product plan (``_operators.ProductPlan``).
+    Y : ndarray of float32 or float64 of shape (n_rows, k), C-contiguous
+
+    Returns
+    -------
+    ndarray of float64 of shape (n_cols, k)
+    """
+    n, k = plan.n_rows, Y.shape[1]
+    threads = _launcher.n_threads()
+    _define()
+    Y = Y.view()
+    Y.flags.writeable = False
+    # Per-chunk tables of the sources' size: one chunk per thread.
+    min_rows = _launcher.MIN_CHUNK_ROWS["products_scatter_k"]
+    n_chunks = _launcher.chunks(n, min_rows, threads, per_thread=1)
+    bins = np.zeros((n_chunks, plan.total, k))
+    accb = np.zeros((n_chunks, plan.sparse_width, k))
+    head = (_width(k), Y, plan.idxs, plan.offsets, plan.pads, plan.kind)
+    head += (plan.indptr, plan.rows, plan.indices, plan.data, plan.binary, bins, accb)
+    _launcher.launch("products_scatter_k", head, n, n_chunks, threads)
+    out = np.zeros((plan.n_cols, k))
+    b = bins[0] if n_chunks == 1 else bins.sum(axis=0)
+    if plan.dense is not None:
+        # BLAS reads the dense base once for all k columns.
+        out[plan.dense_cols] += plan.dense.T @ Y
+    if plan.kind != BASE_NONE:
+        out[plan.sparse_cols] += accb[0] if n_chunks == 1 else accb.sum(axis=0)
+    for group in plan.groups:
+        for src in group:
+            out[src.cols] += src.matrix.T @ b[src.offset : src.offset + src.n_rows]
     return out

@@ -1,11 +1,12 @@
-"""The compiled one-column products (``multisource/_products_numba.py``).
+"""The compiled products (``multisource/_products_numba.py``).
 
-``T @ w`` and ``T^T y`` of a NumPy factorized matrix run through one compiled pass
-over the target rows when numba is available; they must equal the NumPy path (the
-reference, run with the compiled kernels off) and the materialized product, over
-random schemas: inner, left and outer joins, snowflakes (composed index vectors),
-overlapping columns, dense and sparse sources in every base format the plan picks,
-float32 and float64, read-only arrays, empty and tiny inputs.
+``T @ w`` and ``T^T y``, and ``T @ W`` and ``T^T Y`` with a few columns, of a NumPy
+factorized matrix run through one compiled pass over the target rows when numba
+is available; they must equal the NumPy path (the reference, run with the compiled
+kernels off) and the materialized product, over random schemas: inner, left and
+outer joins, snowflakes (composed index vectors), overlapping columns, dense and
+sparse sources in every base format the plan picks, float32 and float64, read-only
+arrays, empty and tiny inputs.
 """
 
 from __future__ import annotations
@@ -48,10 +49,11 @@ def numpy_path():
             os.environ[_launcher.NO_NUMBA_ENV] = old
 
 
-def check_products(op, seed=0, *, compiled=True):
+def check_products(op, seed=0, *, compiled=True, ks=None):
     """``T @ w`` and ``T^T y`` of ``op`` equal the NumPy path and the materialized
     product (tolerances of the table, bounded by ``|T| |w|``); ``compiled``: the
-    plan of the compiled products exists."""
+    plan of the compiled products exists; ``ks``: column counts of the
+    few-column products checked too (:func:`check_matmat`, default :data:`KS`)."""
     rng = np.random.default_rng(seed)
     n, m = op.shape
     T = dense(op.materialize("dense")).astype(np.float64)
@@ -74,7 +76,72 @@ def check_products(op, seed=0, *, compiled=True):
         assert_close(got_y, T.T @ y, bound=bound_y, **kw, err_msg="T^T y vs dense")
     plan = op.__dict__.get("_product_plan")
     assert (plan is not None) == compiled, plan
+    if compiled:
+        check_matmat(op, T, seed, KS if ks is None else ks)
     return plan
+
+
+#: Column counts of the few-column products: unrolled (tuple widths: up to
+#: ``pn.UNROLL_COLUMNS``, 8) and not, up to ``pn.MATMAT_COLUMNS`` (16).
+KS = (1, 2, 5, 9, 16)
+
+
+@contextlib.contextmanager
+def spy(*names):
+    """Count the calls of ``_operators.NAME`` (the compiled products) inside."""
+    calls = dict.fromkeys(names, 0)
+    real = {name: getattr(_operators, name) for name in names}
+
+    def wrap(name):
+        def f(*args):
+            calls[name] += 1
+            return real[name](*args)
+
+        return f
+
+    for name in names:
+        setattr(_operators, name, wrap(name))
+    try:
+        yield calls
+    finally:
+        for name in names:
+            setattr(_operators, name, real[name])
+
+
+def check_matmat(op, T, seed=0, ks=KS):
+    """``T @ W`` and ``T^T Y`` with ``k`` columns equal the NumPy path and the
+    materialized product, through the compiled path where it pays."""
+    rng = np.random.default_rng(seed + 1)
+    n, m = op.shape
+    plan = op._product_plan
+    for k in ks:
+        X_dtype = op.dtype if k % 2 else np.float64
+        W = rng.standard_normal((m, k)).astype(X_dtype)
+        Y = rng.standard_normal((n, k)).astype(X_dtype)
+        with spy("fused_matmat", "fused_rmatmat") as calls:
+            got_W, got_Y = op.matmul(W), op.rmatmul(Y)
+        # One column as a 2-D array keeps the NumPy path (its sums).
+        assert calls["fused_matmat"] == int(pn.matmat_pays(plan, k)), (k, calls)
+        assert calls["fused_rmatmat"] == int(k > 1), (k, calls)
+        with numpy_path():
+            want_W, want_Y = op.matmul(W), op.rmatmul(Y)
+        assert got_W.dtype == want_W.dtype and got_Y.dtype == want_Y.dtype
+        assert got_W.shape == (n, k) and got_Y.shape == (m, k)
+        bound_W = np.abs(T) @ np.abs(W.astype(np.float64))
+        bound_Y = np.abs(T).T @ np.abs(Y.astype(np.float64))
+        kw = {"dtype": got_W.dtype, "kind": "compiled"}
+        msg = f"k={k}"
+        assert_close(
+            got_W, want_W, bound=bound_W, **kw, err_msg=f"T @ W vs NumPy {msg}"
+        )
+        assert_close(
+            got_Y, want_Y, bound=bound_Y, **kw, err_msg=f"T^T Y vs NumPy {msg}"
+        )
+        kw["kind"] = "operator"
+        assert_close(got_W, T @ W, bound=bound_W, **kw, err_msg=f"T @ W vs dense {msg}")
+        assert_close(
+            got_Y, T.T @ Y, bound=bound_Y, **kw, err_msg=f"T^T Y vs dense {msg}"
+        )
 
 
 # ------------------------------------------------------------ the test scenarios
@@ -200,7 +267,11 @@ def test_products_equal_numpy_on_random_schemas(spec):
         sources, indicators, spec["mappings"], dtype=spec["dtype"]
     )
     event(f"base {spec['base']}")
-    plan = check_products(ds.operator, spec["seed"])
+    # The few-column products on every third example, with one column count:
+    # numba compiles (or loads) their kernels per count and per schema (about a
+    # second each); the other counts are checked on the scenarios and below.
+    ks = (3,) if spec["seed"] % 3 == 0 else ()
+    plan = check_products(ds.operator, spec["seed"], ks=ks)
     if plan.kind != pn.BASE_NONE:
         event(f"binary base {plan.binary}")
     for group in plan.groups:
@@ -413,3 +484,110 @@ def test_clear_caches_drops_the_plan():
     assert "_product_plan" not in op.__dict__
     assert_close(op.matmul(w), dense(op.materialize()) @ w, kind="compiled")
     assert not op._product_plan.groups[0][0].binary
+
+
+# ------------------------------------------------------- few-column products
+def test_few_column_products_take_the_compiled_path():
+    # A sparse base (no dense identity source): every k from 2 up to the limit
+    # is compiled; wider ones, k = 0 and k = 1 (a 2-D column) take the NumPy path.
+    n = 300
+    rng = np.random.default_rng(4)
+    base = sp.random(n, 6, density=0.08, random_state=0, format="csr")
+    op = _star(n, base).operator
+    T = dense(op.materialize("dense"))
+    op.matmul(np.ones(op.n_cols))
+    assert op._product_plan.dense is None
+    assert KS[-1] == pn.MATMAT_COLUMNS and KS[-2] == pn.UNROLL_COLUMNS + 1
+    check_matmat(op, T, ks=(1, 3, pn.MATMAT_COLUMNS))
+    assert all(pn.matmat_pays(op._product_plan, k) for k in range(2, 17))
+    for k in (0, 1, pn.MATMAT_COLUMNS + 1):
+        W = rng.standard_normal((op.n_cols, k))
+        Y = rng.standard_normal((op.n_rows, k))
+        with spy("fused_matmat", "fused_rmatmat") as calls:
+            got = op.matmul(W), op.rmatmul(Y)
+        assert calls == {"fused_matmat": 0, "fused_rmatmat": 0}
+        assert_close(got[0], T @ W, kind="operator", bound=np.abs(T) @ np.abs(W))
+        assert_close(got[1], T.T @ Y, kind="operator", bound=np.abs(T).T @ np.abs(Y))
+
+
+def test_few_column_matmul_with_a_dense_base_pays_only_in_registers():
+    # A dense base of 3 columns: its coefficients are kept in registers up to
+    # UNROLL_COLUMNS columns of W; wider, or a base wider than TUPLE_COLUMNS,
+    # takes the NumPy path for T @ W (T^T Y stays compiled).
+    op = _star(120).operator
+    op.matmul(np.ones(op.n_cols))
+    plan = op._product_plan
+    assert pn.matmat_pays(plan, pn.UNROLL_COLUMNS)
+    assert not pn.matmat_pays(plan, pn.UNROLL_COLUMNS + 1)
+    wide = _star(120, np.ones((120, pn.TUPLE_COLUMNS + 1))).operator
+    wide.matmul(np.ones(wide.n_cols))
+    assert not pn.matmat_pays(wide._product_plan, 2)
+    check_matmat(wide, dense(wide.materialize("dense")), ks=(2, 9))
+
+
+def test_few_column_products_out_and_integers():
+    op = _star(70).operator
+    rng = np.random.default_rng(5)
+    W = rng.integers(-3, 4, (op.n_cols, 4))
+    out = np.full((op.n_rows, 4), np.nan)
+    with spy("fused_matmat") as calls:
+        res = op.matmul(W, out=out)
+    assert res is out and calls["fused_matmat"] == 1
+    with numpy_path():
+        want = op.matmul(W)
+    assert res.dtype == want.dtype
+    assert_close(res, want, kind="compiled", scale=1e2)
+    Y = rng.integers(-3, 4, (op.n_rows, 4))
+    got = op.rmatmul(Y)
+    with numpy_path():
+        want = op.rmatmul(Y)
+    assert got.dtype == want.dtype
+    assert_close(got, want, kind="compiled", scale=1e3)
+    # A Fortran-ordered right-hand side (a transposed parameter block).
+    Wf = np.asfortranarray(rng.standard_normal((op.n_cols, 3)))
+    Yf = np.asfortranarray(rng.standard_normal((op.n_rows, 3)))
+    T = dense(op.materialize("dense"))
+    assert_close(op.matmul(Wf), T @ Wf, kind="operator", bound=np.abs(T) @ np.abs(Wf))
+    assert_close(
+        op.rmatmul(Yf), T.T @ Yf, kind="operator", bound=np.abs(T).T @ np.abs(Yf)
+    )
+
+
+@pytest.mark.parametrize("scenario", ["left", "sparse", "overlap", "star"])
+def test_few_column_results_across_threads(scenario, monkeypatch):
+    # Several chunks on two threads: T @ W writes each row from one thread
+    # (bitwise the same), T^T Y sums per-chunk tables (equal to rounding).
+    op = random_dataset(5, scenario=scenario, n_rows=3000).operator
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((op.n_cols, 5))
+    Y = rng.standard_normal((op.n_rows, 5))
+    one = op.matmul(W), op.rmatmul(Y)
+    monkeypatch.setattr(_launcher, "n_threads", lambda: 2)
+    for name in ("products_gather_k", "products_scatter_k"):
+        monkeypatch.setitem(_launcher.MIN_CHUNK_ROWS, name, 20)
+    with spy("fused_matmat", "fused_rmatmat") as calls:
+        two = op.matmul(W), op.rmatmul(Y)
+    assert calls["fused_rmatmat"] == 1
+    assert calls["fused_matmat"] == int(pn.matmat_pays(op._product_plan, 5))
+    np.testing.assert_array_equal(one[0], two[0])
+    scale = np.abs(Y).sum()
+    assert_close(two[1], one[1], kind="compiled", scale=scale)
+    with numpy_path():
+        assert_close(two[1], op.rmatmul(Y), kind="compiled", scale=scale)
+
+
+def test_few_column_compile_failure_falls_back_to_numpy(monkeypatch):
+    op = _star(30).operator
+    W = np.ones((op.n_cols, 3))
+    Y = np.ones((op.n_rows, 3))
+    with numpy_path():
+        want = op.matmul(W), op.rmatmul(Y)
+
+    def fail(*args, **kwargs):
+        raise CompiledUnavailable("no compiler here")
+
+    monkeypatch.setattr(_operators, "fused_matmat", fail)
+    monkeypatch.setattr(_operators, "fused_rmatmat", fail)
+    got = op.matmul(W), op.rmatmul(Y)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
