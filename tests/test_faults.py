@@ -108,7 +108,7 @@ def test_damaged_user_model_falls_back_to_the_shipped_one(damaged_user_model):
 
 @needs_model
 def test_ilargi_fit_survives_a_damaged_model(damaged_user_model, tmp_path):
-    from test_cli import SPEC, write_star
+    from _cli_data import SPEC, write_star
 
     write_star(tmp_path / "data")
     spec = tmp_path / "star.toml"

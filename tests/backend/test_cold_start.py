@@ -64,7 +64,7 @@ def test_a_fit_loads_only_the_kernels_it_uses():
 def test_ilargi_fit_loads_only_the_kernels_its_fit_uses(tmp_path):
     """The command line made a dispatcher of every kernel, and read its cache
     index, before each fit (to say whether some would compile)."""
-    from test_cli import SPEC, write_star
+    from _cli_data import SPEC, write_star
 
     write_star(tmp_path / "data")
     spec = tmp_path / "star.toml"

@@ -10,7 +10,7 @@ from pathlib import Path
 import joblib
 import pandas as pd
 import pytest
-from test_cli import SPEC, run, variant, write_star
+from _cli_data import SPEC, run, variant, write_star
 
 from ilargi_sklearn.cli._checks import ESTIMATORS, estimator_names
 

@@ -11,7 +11,7 @@ import joblib
 import numpy as np
 import pandas as pd
 import pytest
-from test_cli import SPEC, run, variant, write_star
+from _cli_data import SPEC, run, variant, write_star
 
 from ilargi_sklearn import Join, MultiSourceDataset
 from ilargi_sklearn.cli import load_spec
