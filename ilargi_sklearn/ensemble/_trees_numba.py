@@ -75,25 +75,31 @@ def _hist_chunk(
             or touched[grp].shape[1] <= B.shape[0]
         ):
             # Row-wise: each node row reads its source row's bins (also where
-            # the group has no accumulators: the identity).
-            for p in range(first, last):
-                j = _u(keys[_u(p)])
-                gi = gradients[_u(p)]
-                Br = B[j]
-                if with_h:
-                    hi = hessians[_u(p)]
-                    for k in range(nf):
-                        f = _u(fm[k])
-                        b = _u(Br[k])
-                        H[f, b, 0] += gi
-                        H[f, b, 1] += hi
-                        H[f, b, 2] += 1.0
-                else:
-                    for k in range(nf):
-                        f = _u(fm[k])
-                        b = _u(Br[k])
-                        H[f, b, 0] += gi
-                        H[f, b, 2] += 1.0
+            # the group has no accumulators: the identity). Two features a
+            # pass over the node's rows: all of a group's features in one pass
+            # spread the adds over more histograms than the first-level cache
+            # holds, one a pass reads the rows once per feature (two measured
+            # about a quarter faster than either, benchmarks/README.md). An odd
+            # last feature pairs with itself, its second adds weighted by 0.0
+            # (x + 0.0 is x).
+            for k in range(0, nf, 2):
+                k2 = min(k + 1, nf - 1)
+                w = 1.0 if k + 1 < nf else 0.0
+                Hf = H[_u(fm[k])]
+                Hg = H[_u(fm[k2])]
+                for p in range(first, last):
+                    j = _u(keys[_u(p)])
+                    b = _u(B[j, k])
+                    d = _u(B[j, k2])
+                    gi = gradients[_u(p)]
+                    Hf[b, 0] += gi
+                    Hg[d, 0] += w * gi
+                    if with_h:
+                        hi = hessians[_u(p)]
+                        Hf[b, 1] += hi
+                        Hg[d, 1] += w * hi
+                    Hf[b, 2] += 1.0
+                    Hg[d, 2] += w
             continue
         # Grouped: sum per source row first, then read each distinct source
         # row's bins once. Mode 1 lists the distinct rows (few of them); mode 2
