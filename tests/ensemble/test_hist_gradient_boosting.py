@@ -31,7 +31,7 @@ from ilargi_sklearn import (
 )
 from ilargi_sklearn.ensemble import _gradient_boosting
 from ilargi_sklearn.ensemble._binning import find_thresholds
-from ilargi_sklearn.utils._testing import random_dataset
+from ilargi_sklearn.utils._testing import SCENARIOS, random_dataset
 
 Reg = FactorizedHistGradientBoostingRegressor
 Clf = FactorizedHistGradientBoostingClassifier
@@ -160,6 +160,26 @@ def star_frames(seed, n=1500, how="left", snowflake=True, categorical=True):
     return ds, joined, y
 
 
+def new_star_frames(colour):
+    """New rows for :func:`star_frames`' schema: 30 base rows, each matching one
+    row of each dimension table, half of them of ``colour`` and half red."""
+    rng = np.random.default_rng(0)
+    base = pd.DataFrame(
+        {"a": rng.normal(size=30), "b": rng.normal(size=30), "k1": np.arange(30)}
+    )
+    dim1 = pd.DataFrame(
+        {
+            "k1": np.arange(30),
+            "c": rng.normal(size=30),
+            "d": rng.gamma(2.0, size=30),
+            "k2": np.arange(30),
+            "colour": [colour] * 15 + ["red"] * 15,
+        }
+    )
+    dim2 = pd.DataFrame({"k2": np.arange(30), "e": rng.normal(size=30)})
+    return base, dim1, dim2
+
+
 def encoded(joined):
     """scikit-learn's input: categorical columns ordinal-encoded (NaN: missing)."""
     X = joined.copy()
@@ -229,18 +249,6 @@ def test_unmatched_rows_are_missing_not_zero():
     np.testing.assert_allclose(pred, ref.predict(X), rtol=1e-9)
 
 
-SCENARIOS = [
-    "star",
-    "left",
-    "inner",
-    "outer",
-    "snowflake",
-    "many_to_many",
-    "overlap",
-    "sparse",
-    "union",
-    "float32",
-]
 LOSSES = ["squared_error", "poisson", "gamma", "absolute_error", "quantile"]
 
 
@@ -516,20 +524,7 @@ def test_categorical_columns_split_natively():
 def test_new_data_through_the_schema_unknown_categories_are_missing():
     ds, joined, y = star_frames(9, n=1200)
     model = Reg(max_iter=8, **NO_ES).fit(ds, y)
-    rng = np.random.default_rng(0)
-    base = pd.DataFrame(
-        {"a": rng.normal(size=30), "b": rng.normal(size=30), "k1": np.arange(30)}
-    )
-    dim1 = pd.DataFrame(
-        {
-            "k1": np.arange(30),
-            "c": rng.normal(size=30),
-            "d": rng.gamma(2.0, size=30),
-            "k2": np.arange(30),
-            "colour": ["purple"] * 15 + ["red"] * 15,
-        }
-    )
-    dim2 = pd.DataFrame({"k2": np.arange(30), "e": rng.normal(size=30)})
+    base, dim1, dim2 = new_star_frames("purple")
     with pytest.warns(UserWarning, match="purple"):
         new = model.dataset_schema_.build(base, {"dim1": dim1, "dim2": dim2})
     pred = model.predict(new)

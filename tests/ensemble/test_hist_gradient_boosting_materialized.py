@@ -7,7 +7,6 @@ from __future__ import annotations
 import pickle
 
 import numpy as np
-import pandas as pd
 import pytest
 from sklearn.ensemble import (
     HistGradientBoostingClassifier,
@@ -15,7 +14,13 @@ from sklearn.ensemble import (
 )
 from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
 from sklearn.pipeline import Pipeline
-from test_hist_gradient_boosting import compare_trees, encoded, nan_table, star_frames
+from test_hist_gradient_boosting import (
+    compare_trees,
+    encoded,
+    nan_table,
+    new_star_frames,
+    star_frames,
+)
 
 from ilargi_sklearn import (
     FactorizedHistGradientBoostingClassifier,
@@ -242,20 +247,7 @@ def test_new_data_through_the_training_schema(sklearn_fits):
     ref = HistGradientBoostingRegressor(
         max_iter=8, categorical_features=is_cat, **NO_ES
     ).fit(X, y)
-    rng = np.random.default_rng(0)
-    base = pd.DataFrame(
-        {"a": rng.normal(size=30), "b": rng.normal(size=30), "k1": np.arange(30)}
-    )
-    dim1 = pd.DataFrame(
-        {
-            "k1": np.arange(30),
-            "c": rng.normal(size=30),
-            "d": rng.gamma(2.0, size=30),
-            "k2": np.arange(30),
-            "colour": ["green"] * 15 + ["red"] * 15,
-        }
-    )
-    dim2 = pd.DataFrame({"k2": np.arange(30), "e": rng.normal(size=30)})
+    base, dim1, dim2 = new_star_frames("green")
     new = mat.dataset_schema_.build(base, {"dim1": dim1, "dim2": dim2})
     frame = base.merge(dim1, on="k1").merge(dim2, on="k2")
     colour = np.where(frame["colour"] == "red", 3.0, 1.0)  # blue green grey red
