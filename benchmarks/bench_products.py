@@ -229,6 +229,17 @@ def child(tree: str, case: str, names: list[str]) -> None:
 
 
 # ------------------------------------------------------- where threads pay
+def _median_of_calls(f: Any, calls: int) -> float:
+    """Median seconds of ``calls`` back-to-back calls of ``f`` (as inside a fit's
+    loop: no collection between them)."""
+    ts = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        f()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
 def sizes(tree: str, ns: list[int], calls: int, rounds: int) -> list[dict]:
     """One and two threads on stars of ``n`` rows, in this process, interleaved.
 
@@ -274,12 +285,9 @@ def sizes(tree: str, ns: list[int], calls: int, rounds: int) -> list[dict]:
                         _launcher.MIN_CHUNK_ROWS[k] = 1
                     for name, f in calls_.items():
                         f()
-                        ts = []
-                        for _ in range(calls):
-                            t0 = time.perf_counter()
-                            f()
-                            ts.append(time.perf_counter() - t0)
-                        times.setdefault((name, t), []).append(statistics.median(ts))
+                        times.setdefault((name, t), []).append(
+                            _median_of_calls(f, calls)
+                        )
             _launcher.n_threads = real_n_threads
             _launcher.MIN_CHUNK_ROWS.update(saved)
             for name in calls_:
@@ -333,12 +341,9 @@ def user_threads_child(tree: str, rounds: int, calls: int) -> None:
         for mode in order:
             with modes[mode]():
                 for name, f in products.items():
-                    ts = []
-                    for _ in range(calls):
-                        t0 = time.perf_counter()
-                        f()
-                        ts.append(time.perf_counter() - t0)
-                    times.setdefault(f"{name} {mode}", []).append(statistics.median(ts))
+                    times.setdefault(f"{name} {mode}", []).append(
+                        _median_of_calls(f, calls)
+                    )
     # Who ran the chunks at the default threads (calls apart from the timed ones).
     main = threading.get_ident()
     ran = {"caller": 0, "helper": 0}
@@ -418,12 +423,9 @@ def columns_child(tree: str, case: str, ks: list[int], rounds: int, calls: int) 
                     os.environ.pop(_launcher.NO_NUMBA_ENV, None)
                 for name, f in calls_.items():
                     f()  # warm-up (compilation on the first round)
-                    ts = []
-                    for _ in range(calls):
-                        t0 = time.perf_counter()
-                        f()
-                        ts.append(time.perf_counter() - t0)
-                    times.setdefault((name, path), []).append(statistics.median(ts))
+                    times.setdefault((name, path), []).append(
+                        _median_of_calls(f, calls)
+                    )
         rec = {"case": case.split("@")[0], "k": k}
         for name in calls_:
             a = statistics.median(times[(name, "numpy")])
