@@ -14,7 +14,7 @@ import joblib
 import numpy as np
 import pandas as pd
 import pytest
-from _cli_data import run, variant
+from _cli_data import SPEC, run, variant, write_star
 from _helpers import dense
 
 from ilargi_sklearn import planner
@@ -26,6 +26,27 @@ from ilargi_sklearn.cli._toml import find_line
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 HAS_MPL = importlib.util.find_spec("matplotlib") is not None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_blas_thread():
+    # On a shared machine, spinning BLAS threads make the tiny fits of these tests
+    # 10x slower; one thread changes no result.
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):
+        yield
+
+
+# ---------------------------------------------------------------- data
+
+
+@pytest.fixture
+def star(tmp_path):
+    write_star(tmp_path / "data")
+    spec = tmp_path / "star.toml"
+    spec.write_text(SPEC)
+    return spec
 
 
 # ---------------------------------------------------------------- help

@@ -10,11 +10,27 @@ from pathlib import Path
 import joblib
 import pandas as pd
 import pytest
-from _cli_data import run, variant
+from _cli_data import SPEC, run, variant, write_star
 
 from ilargi_sklearn.cli._checks import ESTIMATORS, estimator_names
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_blas_thread():
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):
+        yield
+
+
+@pytest.fixture
+def star(tmp_path):
+    write_star(tmp_path / "data")
+    spec = tmp_path / "star.toml"
+    spec.write_text(SPEC)
+    return spec
 
 
 @pytest.fixture

@@ -11,12 +11,20 @@ import joblib
 import numpy as np
 import pandas as pd
 import pytest
-from _cli_data import run, variant
+from _cli_data import SPEC, run, variant, write_star
 
 from ilargi_sklearn import Join, MultiSourceDataset
 from ilargi_sklearn.cli import load_spec
 from ilargi_sklearn.linear_model import FactorizedLinearRegression
 from ilargi_sklearn.multisource import DatasetSchema
+
+
+@pytest.fixture
+def star(tmp_path):
+    write_star(tmp_path / "data")
+    spec = tmp_path / "star.toml"
+    spec.write_text(SPEC)
+    return spec
 
 
 def frames_of(folder: Path) -> dict[str, pd.DataFrame]:
