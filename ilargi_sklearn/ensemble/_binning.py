@@ -449,26 +449,33 @@ class BinMapper:
         self.bin_thresholds_: list[np.ndarray] = [np.empty(0)] * F
         self.is_categorical_ = layout.is_categorical.astype(np.uint8)
         n_non_missing = np.zeros(F, dtype=np.uint32)
+        numeric = []
         for grp, w, kn in zip(groups, weights, known):
             for c, f in enumerate(grp.features):
                 col = grp.values[:, c]
-                if layout.is_categorical[f]:
-                    present = (
-                        ~np.isnan(col) if kn is None else (kn > 0) & ~np.isnan(col)
+                if not layout.is_categorical[f]:
+                    numeric.append((f, col, w))
+                    continue
+                present = ~np.isnan(col) if kn is None else (kn > 0) & ~np.isnan(col)
+                cats = np.unique(col[present])
+                if cats.shape[0] > max_bins:
+                    raise ValueError(
+                        f"Categorical feature {layout.names[f]!r} is expected to "
+                        f"have a cardinality <= {max_bins} but actually has a "
+                        f"cardinality of {cats.shape[0]}."
                     )
-                    cats = np.unique(col[present])
-                    if cats.shape[0] > max_bins:
-                        raise ValueError(
-                            f"Categorical feature {layout.names[f]!r} is expected to "
-                            f"have a cardinality <= {max_bins} but actually has a "
-                            f"cardinality of {cats.shape[0]}."
-                        )
-                    self.bin_thresholds_[f] = cats
-                    n_non_missing[f] = cats.shape[0]
-                else:
-                    t = find_thresholds(col, w, max_bins, weighted)
-                    self.bin_thresholds_[f] = t
-                    n_non_missing[f] = t.shape[0] + 1
+                self.bin_thresholds_[f] = cats
+                n_non_missing[f] = cats.shape[0]
+
+        def task(t: int) -> None:
+            # Each feature's own slots: the same thresholds on any thread
+            # (NumPy's sorts release the GIL, so features sort in parallel).
+            f, col, w = numeric[t]
+            thresholds = find_thresholds(col, w, max_bins, weighted)
+            self.bin_thresholds_[f] = thresholds
+            n_non_missing[f] = thresholds.shape[0] + 1
+
+        _launcher.run_tasks(task, len(numeric), _launcher.n_threads())
         self.n_bins_non_missing_ = n_non_missing
         return self
 

@@ -22,6 +22,14 @@ costs a cache miss per row and array.
 
 :func:`build_histograms` is the reference (NumPy ``bincount``); the compiled kernel
 (:mod:`._trees_numba`) computes the same sums in one pass over the node's rows.
+
+Threads. A node's histograms are split by feature, as scikit-learn's are, not by
+rows: a task builds a pair of a group's features row-wise, or a whole group grouped
+(its sums per source row made once, where a split by rows would make them once per
+thread). Each feature is summed by one task in row order, so the trees do not
+depend on the number of threads. A partition computes the rows' sides in chunks of
+rows, then moves each carried array on its own (a range of them per thread). Small
+nodes stay on the calling thread (:data:`PARALLEL_WORK`, :data:`PARALLEL_MOVES`).
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from ilargi_sklearn._backend._launcher import CompiledUnavailable, numba_availab
 from ilargi_sklearn.ensemble._binning import ROW_DTYPE, BinnedData
 from ilargi_sklearn.ensemble._trees_numba import GROUPED, GROUPED_DENSE, ROWWISE
 
-__all__ = ["HistogramBuilder", "build_histograms", "choose_modes"]
+__all__ = ["HistogramBuilder", "build_histograms", "choose_modes", "group_costs"]
 
 #: Costs of the grouped builds in units of one bin read-and-add of the row-wise
 #: build (measured with the compiled kernel on a 1,000,000-row star, two
@@ -48,33 +56,53 @@ _LIST_COST = 0.7
 _LISTED_ROW_COST = 6.0
 _SWEEP_COST = 0.5
 
+#: The least work of a node's histograms (bin reads) worth a second thread:
+#: waking one and handing it tasks costs tens of microseconds.
+PARALLEL_WORK = 1 << 17
 
-def choose_modes(
+#: The least work of a node's partition (rows times the arrays moved) worth a
+#: second thread: the moves are bound by memory, and below about 130,000 rows
+#: (four arrays) two threads were measured slower than one
+#: (benchmarks/README.md, "Trees over joins").
+PARALLEL_MOVES = 1 << 19
+
+
+def group_costs(
     data: BinnedData, n_node: int, distinct: np.ndarray, widths: np.ndarray
 ) -> np.ndarray:
-    """Per group, the cheapest build for a node of ``n_node`` rows.
+    """Per group, the cost of each build of a node of ``n_node`` rows, in bin
+    reads of the row-wise build: ``(n_groups, 3)``, row-wise, grouped with a
+    list, grouped sweeping all source rows (inf where a group has no grouped
+    build: the identity, one column).
 
     ``distinct[g]`` is the number of distinct source rows of group ``g`` among
     the training rows; in a node of ``n_node`` rows drawn from them the expected
-    number of distinct rows is ``d (1 - (1 - 1/d)^n_node)``. Identity groups (the
-    base table) are always row-wise.
+    number of distinct rows is ``d (1 - (1 - 1/d)^n_node)``.
     """
-    modes = np.full(data.n_groups, ROWWISE, dtype=np.int64)
+    costs = np.full((data.n_groups, 3), np.inf)
     for g in range(data.n_groups):
         c = float(widths[g])
+        costs[g, ROWWISE] = n_node * c
         if data.idx[g].shape[0] == 0 or c <= 1:
             continue
         d = max(float(distinct[g]), 1.0)
         u = d * -math.expm1(n_node * math.log1p(-1.0 / d)) if d > 1 else 1.0
         u = min(u, float(n_node))
         m = float(data.bins[g].shape[0])
-        costs = (
-            n_node * c,
-            n_node * (_SCATTER_COST + _LIST_COST) + u * (c + _LISTED_ROW_COST),
-            n_node * _SCATTER_COST + m * (c + _SWEEP_COST),
+        costs[g, GROUPED] = n_node * (_SCATTER_COST + _LIST_COST) + u * (
+            c + _LISTED_ROW_COST
         )
-        modes[g] = (ROWWISE, GROUPED, GROUPED_DENSE)[costs.index(min(costs))]
-    return modes
+        costs[g, GROUPED_DENSE] = n_node * _SCATTER_COST + m * (c + _SWEEP_COST)
+    return costs
+
+
+def choose_modes(
+    data: BinnedData, n_node: int, distinct: np.ndarray, widths: np.ndarray
+) -> np.ndarray:
+    """Per group, the cheapest build for a node of ``n_node`` rows
+    (:func:`group_costs`; the first of equal costs). Identity groups (the base
+    table) are always row-wise."""
+    return np.argmin(group_costs(data, n_node, distinct, widths), axis=1)
 
 
 def build_histograms(
@@ -199,7 +227,9 @@ class HistogramBuilder:
                 ix = np.ascontiguousarray(ix, dtype=ROW_DTYPE).copy()
             keys.append(ix)
         self.keys = tuple(keys)
-        self._buffer = np.empty(n, dtype=ROW_DTYPE)
+        # Buffers of n rows for the partition's moves, one per task running at
+        # once (taken and given back: list.pop and append are atomic).
+        self._free_buffers: list[np.ndarray] = []
         self._mask = np.empty(n, dtype=np.uint8)
         self._bins = _launcher.uniform_tuple(data.bins)
         self._n_threads = 1
@@ -207,7 +237,6 @@ class HistogramBuilder:
         self.hessians = np.zeros(0, dtype=np.float32)
         self._accs: tuple | None = None
         self._touched: tuple | None = None
-        self._threads = 0
         self.compiled = numba_available()
 
     @property
@@ -243,14 +272,43 @@ class HistogramBuilder:
         if not indexed:
             return
         if self.compiled:
+            work = partition.shape[0] * len(indexed)
+            threads = self._n_threads if work >= PARALLEL_MOVES else 1
             try:
-                _launcher.call("tree_unpartition", indexed, partition, self._buffer)
+                self._run_tasks(
+                    lambda a, buf: _launcher.call(
+                        "tree_unpartition", indexed, a, a + 1, partition, buf
+                    ),
+                    len(indexed),
+                    threads,
+                )
                 return
             except CompiledUnavailable:
                 self.compiled = False
+        buf = self._take_buffer()
         for ix in indexed:
-            self._buffer[partition] = ix
-            ix[:] = self._buffer
+            buf[partition] = ix
+            ix[:] = buf
+        self._free_buffers.append(buf)
+
+    def _take_buffer(self) -> np.ndarray:
+        try:
+            return self._free_buffers.pop()
+        except IndexError:
+            return np.empty(self.data.n_rows, dtype=ROW_DTYPE)
+
+    def _run_tasks(self, task, n_tasks: int, threads: int) -> None:
+        """``task(t, buffer)`` for ``t`` in ``range(n_tasks)`` on up to
+        ``threads`` threads, each task with a buffer of n rows of its own."""
+
+        def run(t: int) -> None:
+            buf = self._take_buffer()
+            try:
+                task(t, buf)
+            finally:
+                self._free_buffers.append(buf)
+
+        _launcher.run_kernel_tasks(run, n_tasks, threads)
 
     def _carried(self) -> tuple:
         """The arrays a split moves, as one homogeneous tuple of int32 arrays
@@ -261,24 +319,23 @@ class HistogramBuilder:
             arrays.append(self.hessians.view(ROW_DTYPE))
         return tuple(arrays)
 
-    def _buffers(self, threads: int) -> tuple[tuple, tuple]:
-        if self._accs is None or self._threads < threads:
+    def _buffers(self) -> tuple[tuple, tuple]:
+        if self._accs is None:
             accs, touched = [], []
             for g in range(self.data.n_groups):
                 # Every indexed group gets accumulators (the kernel trusts its
                 # modes: a grouped build without them would write out of bounds).
                 if self.data.idx[g].shape[0] == 0:
-                    accs.append(np.zeros((threads, 1, 3)))
-                    touched.append(np.zeros((threads, 1), dtype=np.int64))
+                    accs.append(np.zeros((1, 3)))
+                    touched.append(np.zeros(1, dtype=np.int64))
                 else:
                     m = self.data.bins[g].shape[0]
-                    accs.append(np.zeros((threads, m, 3)))
+                    accs.append(np.zeros((m, 3)))
                     # One more than the source rows: the list's end is written
                     # at every node row, also once all rows are listed.
-                    touched.append(np.zeros((threads, m + 1), dtype=np.int64))
+                    touched.append(np.zeros(m + 1, dtype=np.int64))
             self._accs = _launcher.uniform_tuple(accs)
             self._touched = _launcher.uniform_tuple(touched)
-            self._threads = threads
         return self._accs, self._touched
 
     def modes(self, n_node: int) -> np.ndarray:
@@ -302,16 +359,39 @@ class HistogramBuilder:
             self.n_bins,
         )
 
+    def _tasks(self, n: int, modes: np.ndarray, ordered: bool) -> np.ndarray:
+        """The tasks of a node's histograms, ``(group, first, last feature)``
+        of the group's features (:attr:`fmaps`): a pair of features per
+        row-wise task (the kernel's pass), a whole group per grouped one (its
+        sums per source row are made once). ``ordered``: costliest first, so
+        that the threads finish together."""
+        tasks, work = [], []
+        costs = (
+            group_costs(self.data, n, self.distinct, self.widths) if ordered else None
+        )
+        for g, fm in enumerate(self.fmaps):
+            nf = fm.shape[0]
+            if nf == 0:
+                continue
+            if modes[g] == ROWWISE:
+                for k in range(0, nf, 2):
+                    tasks.append((g, k, min(k + 2, nf)))
+                    work.append(n * min(2, nf - k))
+            else:
+                tasks.append((g, 0, nf))
+                work.append(costs[g, modes[g]] if ordered else 0.0)
+        tasks = np.asarray(tasks, dtype=np.int64).reshape(-1, 3)
+        if ordered:
+            tasks = tasks[np.argsort(-np.asarray(work), kind="stable")]
+        return tasks
+
     def _build_compiled(self, start, stop, modes) -> np.ndarray:
-        n = stop - start
         F = self.data.feature_group.shape[0]
-        threads = self._n_threads
-        # Per-chunk histograms are zeroed and summed: a chunk pays from a few
-        # times their size in rows.
-        min_rows = max(_launcher.MIN_CHUNK_ROWS["tree_hist"], 4 * F * self.n_bins)
-        n_chunks = _launcher.chunks(n, min_rows, threads, per_thread=1)
-        accs, touched = self._buffers(max(n_chunks, 1))
-        out = np.zeros((n_chunks, F, self.n_bins, 3))
+        # n F bin reads bound the work (the grouped builds read fewer).
+        threads = self._n_threads if (stop - start) * F >= PARALLEL_WORK else 1
+        tasks = self._tasks(stop - start, modes, ordered=threads > 1)
+        accs, touched = self._buffers()
+        out = np.zeros((F, self.n_bins, 3))
         head = (
             self.keys,
             self.key_of,
@@ -319,15 +399,24 @@ class HistogramBuilder:
             self.hessians,
             self._bins,
             self.fmaps,
-            self.data.n_groups,
             modes,
             accs,
             touched,
+            tasks,
             out,
             start,
+            stop,
         )
-        _launcher.launch("tree_hist", head, n, n_chunks, threads)
-        return out[0] if n_chunks == 1 else out.sum(axis=0)
+        n_tasks = tasks.shape[0]
+        if threads == 1 or n_tasks == 1:
+            _launcher.call("tree_hist", *head, 0, n_tasks)
+        else:
+            _launcher.run_kernel_tasks(
+                lambda t: _launcher.call("tree_hist", *head, t, t + 1),
+                n_tasks,
+                threads,
+            )
+        return out
 
     def split(
         self,
@@ -349,26 +438,19 @@ class HistogramBuilder:
         key = int(self.key_of[g])
         carried = self._carried()
         if self.compiled:
-            out = np.zeros(1, dtype=np.int64)
             try:
-                _launcher.call(
-                    "tree_partition",
+                return self._split_compiled(
                     carried,
                     key,
                     start,
                     stop,
-                    data.bins[g],
+                    g,
                     col,
-                    int(threshold),
-                    bool(missing_left),
-                    int(missing_bin),
-                    bitset is not None,
-                    np.zeros(8, dtype=np.uint32) if bitset is None else bitset,
-                    self._mask,
-                    self._buffer,
-                    out,
+                    threshold,
+                    missing_left,
+                    missing_bin,
+                    bitset,
                 )
-                return int(out[0])
             except CompiledUnavailable:
                 self.compiled = False
         return split_rows(
@@ -380,3 +462,63 @@ class HistogramBuilder:
             missing_bin,
             bitset,
         )
+
+    def _split_compiled(
+        self,
+        carried,
+        key,
+        start,
+        stop,
+        g,
+        col,
+        threshold,
+        missing_left,
+        missing_bin,
+        bitset,
+    ) -> int:
+        n = stop - start
+        threads = self._n_threads if n * len(carried) >= PARALLEL_MOVES else 1
+        n_chunks = _launcher.chunks(
+            n, _launcher.MIN_CHUNK_ROWS["tree_sides"], threads, per_thread=1
+        )
+        counts = np.zeros(n_chunks, dtype=np.int64)
+        head = (
+            carried[key],
+            self.data.bins[g],
+            col,
+            int(threshold),
+            bool(missing_left),
+            int(missing_bin),
+            bitset is not None,
+            np.zeros(8, dtype=np.uint32) if bitset is None else bitset,
+            self._mask,
+            counts,
+            start,
+        )
+        _launcher.launch("tree_sides", head, n, n_chunks, threads)
+        if threads == 1:
+            buf = self._take_buffer()
+            _launcher.call(
+                "tree_move", carried, 0, len(carried), start, stop, self._mask, buf
+            )
+            self._free_buffers.append(buf)
+            return int(counts[0])
+        # The arrays move on their own (no row is read by two tasks): one
+        # range of them per thread.
+        bounds = np.linspace(0, len(carried), min(threads, len(carried)) + 1)
+        bounds = np.round(bounds).astype(np.int64)
+        self._run_tasks(
+            lambda t, buf: _launcher.call(
+                "tree_move",
+                carried,
+                bounds[t],
+                bounds[t + 1],
+                start,
+                stop,
+                self._mask,
+                buf,
+            ),
+            bounds.shape[0] - 1,
+            threads,
+        )
+        return int(counts.sum())

@@ -34,45 +34,48 @@ __all__ = [
 ROWWISE, GROUPED, GROUPED_DENSE = 0, 1, 2
 
 
-def _hist_chunk(
+def _hist_tasks(
     carried,
     key_of,
     gradients,
     hessians,
     bins,
     fmaps,
-    n_groups,
     modes,
     accs,
     touched,
+    tasks,
     out,
-    offset,
-    c,
-    start,
-    stop,
+    first,
+    last,
+    t0,
+    t1,
 ):
-    # out (chunks, F, n_bins, 3); accs[g] (chunks, m_g, 3) zero on entry and on
-    # exit; touched[g] (chunks, m_g + 1). The node's rows are positions
-    # [offset + start, offset + stop) of the carried arrays: carried[key_of[g]]
-    # holds each row's row of bins[g], and ``gradients`` / ``hessians`` (empty
-    # when constant) its gradient and hessian, all in the order of the
-    # partition, so that every pass reads them sequentially.
-    H = out[c]
+    # Tasks t0..t1 of the node's histograms. Task t builds the tree features
+    # fmaps[g][k0:k1] of group g = tasks[t, 0] (k0, k1 = tasks[t, 1:3]) into
+    # out (F, n_bins, 3), over the node's rows: positions [first, last) of the
+    # carried arrays. carried[key_of[g]] holds each row's row of bins[g], and
+    # ``gradients`` / ``hessians`` (empty when constant) its gradient and
+    # hessian, all in the order of the partition, so that every pass reads them
+    # sequentially. A feature is built by one task, in row order: the sums do
+    # not depend on how the tasks are spread over threads. accs[g] (m_g, 3) is
+    # zero on entry and on exit, touched[g] (m_g + 1,); a grouped task is the
+    # only one of its group.
+    H = out
     with_h = hessians.shape[0] > 0
-    first = offset + start
-    last = offset + stop
     hi = 0.0
-    for grp in range(n_groups):
+    for t in range(t0, t1):
+        grp = tasks[t, 0]
+        # Unsigned: indices known not negative (no wraparound test).
+        k_lo = _u(tasks[t, 1])
+        k_hi = _u(tasks[t, 2])
         B = bins[grp]
         keys = carried[key_of[grp]]
         fm = fmaps[grp]
-        nf = fm.shape[0]
-        if nf == 0:
-            continue
         if (
             modes[grp] == 0
-            or accs[grp].shape[1] < B.shape[0]
-            or touched[grp].shape[1] <= B.shape[0]
+            or accs[grp].shape[0] < B.shape[0]
+            or touched[grp].shape[0] <= B.shape[0]
         ):
             # Row-wise: each node row reads its source row's bins (also where
             # the group has no accumulators: the identity). Two features a
@@ -82,9 +85,9 @@ def _hist_chunk(
             # about a quarter faster than either, benchmarks/README.md). An odd
             # last feature pairs with itself, its second adds weighted by 0.0
             # (x + 0.0 is x).
-            for k in range(0, nf, 2):
-                k2 = min(k + 1, nf - 1)
-                w = 1.0 if k + 1 < nf else 0.0
+            for k in range(k_lo, k_hi, _u(2)):
+                k2 = min(k + _u(1), k_hi - _u(1))
+                w = 1.0 if k + _u(1) < k_hi else 0.0
                 Hf = H[_u(fm[k])]
                 Hg = H[_u(fm[k2])]
                 for p in range(first, last):
@@ -106,8 +109,8 @@ def _hist_chunk(
         # sweeps all source rows (most are present). Neither branches on the
         # data: a row is listed by advancing the list's end when it was new, and
         # the sweep adds the zero sums of absent rows (x + 0.0 is x).
-        A = accs[grp][c]
-        T = touched[grp][c]
+        A = accs[grp]
+        T = touched[grp]
         listed = modes[grp] == 1
         nt = _u(0)
         for p in range(first, last):
@@ -130,14 +133,14 @@ def _hist_chunk(
             A[j, 2] = 0.0
             Br = B[j]
             if with_h:
-                for k in range(nf):
+                for k in range(k_lo, k_hi):
                     f = _u(fm[k])
                     b = _u(Br[k])
                     H[f, b, 0] += a0
                     H[f, b, 1] += a1
                     H[f, b, 2] += a2
             else:
-                for k in range(nf):
+                for k in range(k_lo, k_hi):
                     f = _u(fm[k])
                     b = _u(Br[k])
                     H[f, b, 0] += a0
@@ -255,11 +258,8 @@ def _scan_numeric(
             res[q, 0] = -1.0
 
 
-def _partition(
-    carried,
-    key,
-    start,
-    stop,
+def _partition_sides(
+    keys,
     bins_g,
     col,
     threshold,
@@ -268,18 +268,18 @@ def _partition(
     is_cat,
     bitset,
     mask,
-    buf,
-    out,
+    counts,
+    offset,
+    c,
+    start,
+    stop,
 ):
-    # Stable partition of positions [start, stop) of every carried array (in
-    # place): left rows first, in order, then the right ones (scikit-learn's
-    # order); the number of left rows to out[0]. carried[key] holds each row's
-    # row of bins_g. The side of each row is computed once (mask), then every
-    # array moves without a branch on it (the sides of consecutive rows are
-    # as good as random: a branch would be mispredicted half the time).
-    keys = carried[key]
+    # The side of each row at positions [offset + start, offset + stop): 1 to
+    # the left (bins up to threshold, the missing bin when missing_left, or in
+    # bitset at a categorical split), else 0, to mask; the number of left rows
+    # to counts[c]. keys holds each row's row of bins_g.
     nl = 0
-    for p in range(start, stop):
+    for p in range(offset + start, offset + stop):
         b = bins_g[_u(keys[_u(p)]), col]
         if is_cat:
             left = (bitset[b >> 5] >> (b & 31)) & 1
@@ -287,7 +287,16 @@ def _partition(
             left = (missing_left and b == missing_bin) or b <= threshold
         mask[_u(p)] = left
         nl += left
-    for a_idx in range(len(carried)):
+    counts[c] = nl
+
+
+def _partition_move(carried, a0, a1, start, stop, mask, buf):
+    # Stable partition of positions [start, stop) of carried arrays a0..a1 (in
+    # place) by the sides in mask: left rows first, in order, then the right
+    # ones (scikit-learn's order). Every array moves without a branch on the
+    # side (the sides of consecutive rows are as good as random: a branch would
+    # be mispredicted half the time); the right rows wait in buf.
+    for a_idx in range(a0, a1):
         a = carried[a_idx]
         lo = _u(start)
         nr = _u(0)
@@ -300,14 +309,13 @@ def _partition(
             nr += _u(1) - m
         for q in range(nr):
             a[lo + q] = buf[q]
-    out[0] = nl
 
 
-def _unpartition(arrays, partition, buf):
-    # Each array back in target-row order: the value at position p belongs to
-    # row partition[p].
+def _unpartition(arrays, a0, a1, partition, buf):
+    # Arrays a0..a1 back in target-row order: the value at position p belongs
+    # to row partition[p].
     n = partition.shape[0]
-    for k in range(len(arrays)):
+    for k in range(a0, a1):
         a = arrays[k]
         for p in range(n):
             buf[_u(partition[_u(p)])] = a[_u(p)]
@@ -379,9 +387,10 @@ def _predict_chunk(
         out[i] += value[node]
 
 
-_launcher.register("tree_hist", _hist_chunk, min_rows=32768)
+_launcher.register("tree_hist", _hist_tasks)
 _launcher.register("tree_scan", _scan_numeric)
-_launcher.register("tree_partition", _partition)
+_launcher.register("tree_sides", _partition_sides, min_rows=16384)
+_launcher.register("tree_move", _partition_move)
 _launcher.register("tree_predict", _predict_chunk, min_rows=16384)
 _launcher.register("tree_leaf_add", _add_leaf_values)
 _launcher.register("tree_unpartition", _unpartition)

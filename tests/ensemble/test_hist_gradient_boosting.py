@@ -619,6 +619,41 @@ def test_compiled_and_numpy_kernels_agree(monkeypatch):
     np.testing.assert_allclose(slow.predict(ds), fast.predict(ds), rtol=1e-9)
 
 
+@pytest.mark.parametrize("loss", ["squared_error", "poisson"])
+def test_threads_do_not_change_the_trees(monkeypatch, loss):
+    """Histograms by feature tasks and partitions by array ranges on several
+    threads give bitwise the trees of one thread: each feature's histogram is
+    summed by one task in row order, and the moves are exact. The thresholds
+    that keep small nodes on one thread are lowered so that this small star
+    takes every parallel path (several tasks, chunks of sides and moves)."""
+    from ilargi_sklearn._backend import _launcher
+    from ilargi_sklearn.ensemble import _histogram
+
+    if not _launcher.numba_available():
+        pytest.skip("numba is not installed")
+    ds, joined, y = star_frames(15, n=3000)
+    y = np.abs(y) + 0.1
+    one = Reg(loss=loss, max_iter=5, max_leaf_nodes=15, **NO_ES)
+    one.fit(ds, y)
+    monkeypatch.setattr(_histogram, "PARALLEL_WORK", 0)
+    monkeypatch.setattr(_histogram, "PARALLEL_MOVES", 0)
+    monkeypatch.setitem(_launcher.MIN_CHUNK_ROWS, "tree_sides", 64)
+    monkeypatch.setattr(_launcher, "n_threads", lambda: 3)
+    calls = []
+    run = _launcher.run_kernel_tasks
+    monkeypatch.setattr(
+        _launcher,
+        "run_kernel_tasks",
+        lambda task, n, threads: (calls.append((n, threads)), run(task, n, threads)),
+    )
+    many = Reg(loss=loss, max_iter=5, max_leaf_nodes=15, **NO_ES).fit(ds, y)
+    assert any(n > 1 and threads == 3 for n, threads in calls)
+    for a_iter, b_iter in zip(one._predictors, many._predictors, strict=True):
+        for a, b in zip(a_iter, b_iter, strict=True):
+            np.testing.assert_array_equal(a.nodes, b.nodes)
+    np.testing.assert_array_equal(one.predict(ds), many.predict(ds))
+
+
 def test_grouped_and_rowwise_histograms_agree():
     from ilargi_sklearn.ensemble._histogram import (
         HistogramBuilder,
