@@ -496,13 +496,6 @@ class HistogramBuilder:
             start,
         )
         _launcher.launch("tree_sides", head, n, n_chunks, threads)
-        if threads == 1:
-            buf = self._take_buffer()
-            _launcher.call(
-                "tree_move", carried, 0, len(carried), start, stop, self._mask, buf
-            )
-            self._free_buffers.append(buf)
-            return int(counts[0])
         # The arrays move on their own (no row is read by two tasks): one
         # range of them per thread.
         bounds = np.linspace(0, len(carried), min(threads, len(carried)) + 1)
