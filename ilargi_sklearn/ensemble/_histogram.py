@@ -227,9 +227,12 @@ class HistogramBuilder:
                 ix = np.ascontiguousarray(ix, dtype=ROW_DTYPE).copy()
             keys.append(ix)
         self.keys = tuple(keys)
-        # Buffers of n rows for the partition's moves, one per task running at
-        # once (taken and given back: list.pop and append are atomic).
+        # Buffers of n rows for the partition's moves: one for the calling
+        # thread, and one per task running at once on the pool (taken and given
+        # back: list.pop and append are atomic).
+        self._buffer = np.empty(n, dtype=ROW_DTYPE)
         self._free_buffers: list[np.ndarray] = []
+        self._serial_tasks: dict[bytes, np.ndarray] = {}
         self._mask = np.empty(n, dtype=np.uint8)
         self._bins = _launcher.uniform_tuple(data.bins)
         self._n_threads = 1
@@ -365,6 +368,11 @@ class HistogramBuilder:
         row-wise task (the kernel's pass), a whole group per grouped one (its
         sums per source row are made once). ``ordered``: costliest first, so
         that the threads finish together."""
+        if not ordered:
+            # The same few mode patterns recur at every node.
+            cached = self._serial_tasks.get(modes.tobytes())
+            if cached is not None:
+                return cached
         tasks, work = [], []
         costs = (
             group_costs(self.data, n, self.distinct, self.widths) if ordered else None
@@ -382,7 +390,8 @@ class HistogramBuilder:
                 work.append(costs[g, modes[g]] if ordered else 0.0)
         tasks = np.asarray(tasks, dtype=np.int64).reshape(-1, 3)
         if ordered:
-            tasks = tasks[np.argsort(-np.asarray(work), kind="stable")]
+            return tasks[np.argsort(-np.asarray(work), kind="stable")]
+        self._serial_tasks[modes.tobytes()] = tasks
         return tasks
 
     def _build_compiled(self, start, stop, modes) -> np.ndarray:
@@ -495,6 +504,21 @@ class HistogramBuilder:
             counts,
             start,
         )
+        if threads == 1:
+            # Direct calls: most nodes are small, where the launches' Python
+            # would be a tenth of the partition's time.
+            _launcher.call("tree_sides", *head, 0, 0, n)
+            _launcher.call(
+                "tree_move",
+                carried,
+                0,
+                len(carried),
+                start,
+                stop,
+                self._mask,
+                self._buffer,
+            )
+            return int(counts[0])
         _launcher.launch("tree_sides", head, n, n_chunks, threads)
         # The arrays move on their own (no row is read by two tasks): one
         # range of them per thread.

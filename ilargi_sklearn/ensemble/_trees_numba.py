@@ -109,6 +109,8 @@ def _hist_tasks(
         # sweeps all source rows (most are present). Neither branches on the
         # data: a row is listed by advancing the list's end when it was new, and
         # the sweep adds the zero sums of absent rows (x + 0.0 is x).
+        # A grouped task covers its whole group.
+        nf = fm.shape[0]
         A = accs[grp]
         T = touched[grp]
         listed = modes[grp] == 1
@@ -133,14 +135,14 @@ def _hist_tasks(
             A[j, 2] = 0.0
             Br = B[j]
             if with_h:
-                for k in range(k_lo, k_hi):
+                for k in range(nf):
                     f = _u(fm[k])
                     b = _u(Br[k])
                     H[f, b, 0] += a0
                     H[f, b, 1] += a1
                     H[f, b, 2] += a2
             else:
-                for k in range(k_lo, k_hi):
+                for k in range(nf):
                     f = _u(fm[k])
                     b = _u(Br[k])
                     H[f, b, 0] += a0
