@@ -97,6 +97,8 @@ _kernels_lock = threading.Lock()
 
 #: The registered kernel sources, by name (:func:`register`).
 _SOURCES: dict[str, Callable[..., None]] = {}
+#: Kernels jitted without FMA contraction (:func:`register`).
+_NO_CONTRACT: set[str] = set()
 
 #: The kernels index their arrays through this cast (``_u = U`` in their
 #: modules). numba tests every signed index for a negative value (Python's wrap-around) unless LLVM proves it cannot be,
@@ -408,13 +410,21 @@ def run_kernel_tasks(task: Callable[[int], None], n_tasks: int, threads: int) ->
 
 
 def register(
-    name: str, source: Callable[..., None], *, min_rows: int | None = None
+    name: str,
+    source: Callable[..., None],
+    *,
+    min_rows: int | None = None,
+    contract: bool = True,
 ) -> None:
     """Register the kernel ``name``: a plain Python function over NumPy arrays,
     jitted on its first use (a chunked one takes ``c, start, stop`` last, see
     :func:`launch`). ``min_rows``: the fewest rows of a chunk worth handing to a
-    thread (:data:`MIN_CHUNK_ROWS`)."""
+    thread (:data:`MIN_CHUNK_ROWS`). ``contract=False``: no ``a * b + c``
+    contracted into one FMA, for a kernel whose results must round as its
+    NumPy reference's do (where a last-bit difference can flip a tie)."""
     _SOURCES[name] = source
+    if not contract:
+        _NO_CONTRACT.add(name)
     if min_rows is not None:
         MIN_CHUNK_ROWS[name] = int(min_rows)
 
@@ -429,17 +439,24 @@ def _dispatcher(name: str) -> Any:
         with _kernels_lock:
             fn = kernels.get(name)
             if fn is None:
-                fn = kernels[name] = _jit(numba, _SOURCES[name], cache=True)
+                fn = kernels[name] = _jit(
+                    numba, _SOURCES[name], cache=True, contract=name not in _NO_CONTRACT
+                )
     return fn
 
 
-def _jit(numba: Any, source: Callable[..., None], *, cache: bool) -> Any:
+def _jit(
+    numba: Any, source: Callable[..., None], *, cache: bool, contract: bool = True
+) -> Any:
     """A numba dispatcher of ``source`` with the kernels' options."""
     # Contracting a * b + c into one FMA (as BLAS does), and NumPy's error model
     # (no ZeroDivisionError test on every float division), which lets a loop that
     # divides vectorize.
     return numba.njit(
-        cache=cache, nogil=True, fastmath={"contract"}, error_model="numpy"
+        cache=cache,
+        nogil=True,
+        fastmath={"contract"} if contract else False,
+        error_model="numpy",
     )(source)
 
 
@@ -618,7 +635,9 @@ def _recompile(name: str, exc: BaseException) -> None:
     except Exception:  # noqa: BLE001 - read-only cache: compile in memory
         writable = False
     with _kernels_lock:
-        _state["kernels"][name] = _jit(numba, _SOURCES[name], cache=writable)
+        _state["kernels"][name] = _jit(
+            numba, _SOURCES[name], cache=writable, contract=name not in _NO_CONTRACT
+        )
     message = (
         f"numba's cache of the compiled {name!r} kernel ({where or 'its cache folder'})"
         f" could not be read ({type(exc).__name__}: {exc}): the kernel is compiled "

@@ -6,7 +6,8 @@ left to right (missing values go right) and, when the feature has missing values
 right to left (they go left); categorical features sort their categories by
 ``sum_g / (sum_h + 10)`` (categories of little support excluded) and scan both
 ends to the middle. Ties go to the first bin and feature found, in scikit-learn's
-scan order. :func:`scan_numeric` is the reference of the compiled scan.
+scan order. :func:`scan_numeric` and :func:`scan_categorical` are the references
+of the compiled scans.
 
 Applying a split partitions the node's target rows stably (left rows first, each
 side in order, as scikit-learn's threads leave them), reading the split feature's
@@ -388,22 +389,9 @@ class Splitter:
         gains = np.full(F, -1.0)
         res = self._scan(histograms, numeric, *args)
         gains[numeric] = res[:, 0]
-        cat_res = {}
-        for f in categorical:
-            out = scan_categorical(
-                histograms[f],
-                self.n_bins_non_missing[f],
-                bool(self.has_missing_values[f]),
-                self.missing_values_bin_idx,
-                *args[:6],
-                self.l2_regularization,
-                self.min_hessian_to_split,
-                self.min_samples_leaf,
-                self.min_gain_to_split,
-                self.hessians_are_constant,
-            )
+        cat_res = self._scan_categorical(histograms, categorical, args)
+        for f, out in cat_res.items():
             gains[f] = out[0]
-            cat_res[int(f)] = out
         # scikit-learn's choice: the first feature of strictly greatest gain
         # (argmax returns the first of the greatest).
         best = int(candidates[np.argmax(gains[candidates])])
@@ -488,6 +476,60 @@ class Splitter:
             except CompiledUnavailable:
                 pass
         return scan_numeric(hist, feats, n, sg, sh, value, lower, upper, *common)
+
+    def _scan_categorical(self, hist, feats, args) -> dict:
+        """``{feature: (gain, bitset of left bins, left sums of gradients and
+        hessians, left rows)}`` of the categorical features ``feats``."""
+        feats = np.asarray(feats, dtype=np.int64)
+        rest = (
+            self.l2_regularization,
+            self.min_hessian_to_split,
+            self.min_samples_leaf,
+            self.min_gain_to_split,
+            self.hessians_are_constant,
+        )
+        if self.compiled and feats.shape[0]:
+            res = np.empty((feats.shape[0], 4))
+            bitsets = np.empty((feats.shape[0], 8), dtype=np.uint32)
+            try:
+                _launcher.call(
+                    "tree_scan_categorical",
+                    hist,
+                    feats,
+                    self.n_bins_non_missing,
+                    self.has_missing_values,
+                    self.missing_values_bin_idx,
+                    *args,
+                    *rest[:2],
+                    float(rest[2]),
+                    *rest[3:],
+                    MIN_CAT_SUPPORT,
+                    res,
+                    bitsets,
+                )
+                return {
+                    int(f): (
+                        res[q, 0],
+                        bitsets[q] if res[q, 0] > -1.0 else None,
+                        res[q, 1],
+                        res[q, 2],
+                        int(res[q, 3]),
+                    )
+                    for q, f in enumerate(feats)
+                }
+            except CompiledUnavailable:
+                pass
+        return {
+            int(f): scan_categorical(
+                hist[f],
+                self.n_bins_non_missing[f],
+                bool(self.has_missing_values[f]),
+                self.missing_values_bin_idx,
+                *args,
+                *rest,
+            )
+            for f in feats
+        }
 
     def split_indices(self, split_info: SplitInfo, start: int, stop: int) -> int:
         """Partition the node at positions ``[start, stop)`` by the split (left

@@ -18,6 +18,8 @@ source row of each indexed group, the gradients and hessians.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ilargi_sklearn._backend import _launcher
 
 _u = _launcher.U
@@ -260,6 +262,98 @@ def _scan_numeric(
             res[q, 0] = -1.0
 
 
+def _scan_categorical(
+    hist,
+    feats,
+    n_bins_non_missing,
+    has_missing,
+    missing_bin,
+    n_samples,
+    sum_g,
+    sum_h,
+    value,
+    lower,
+    upper,
+    l2,
+    min_hessian,
+    min_samples_leaf,
+    min_gain,
+    const_h,
+    min_cat_support,
+    res,
+    bitsets,
+):
+    # res (len(feats), 4): gain (-1: none), sum_g_left, sum_h_left, n_left;
+    # bitsets (len(feats), 8): the bins that go left. scikit-learn's scan, in
+    # its order (:func:`._splitting.scan_categorical` is the reference): the
+    # categories of enough support sorted by sum_g / (sum_h + support), then
+    # both ends scanned up to the middle.
+    support = n_samples / sum_h
+    hh = 2 if const_h else 1
+    loss_cur = sum_g * value
+    used = np.empty(n_bins_non_missing.max() + 1, dtype=np.int64)
+    vals = np.empty(used.shape[0])
+    for q in range(feats.shape[0]):
+        f = feats[q]
+        res[q, 0] = -1.0
+        res[q, 1] = 0.0
+        res[q, 2] = 0.0
+        res[q, 3] = 0.0
+        bitsets[q, :] = 0
+        n_used = 0
+        nb = n_bins_non_missing[f] + (1 if has_missing[f] else 0)
+        for k in range(nb):
+            b = k if k < n_bins_non_missing[f] else missing_bin
+            shb = hist[f, b, hh]
+            if shb * support >= min_cat_support:
+                used[n_used] = b
+                vals[n_used] = hist[f, b, 0] / (shb + min_cat_support)
+                n_used += 1
+        if n_used <= 1:
+            continue
+        order = np.argsort(vals[:n_used], kind="mergesort")
+        best = -1.0
+        best_thr = -1
+        best_dir = 0
+        for direction in (1, -1):
+            middle = (n_used + 1) // 2 if direction == 1 else (n_used + 1) // 2 - 1
+            sgl = 0.0
+            shl = 0.0
+            nl = 0.0
+            for i in range(middle):
+                s = i if direction == 1 else n_used - 1 - i
+                b = used[order[s]]
+                nl += hist[f, b, 2]
+                nr = n_samples - nl
+                shl += hist[f, b, hh]
+                shr = sum_h - shl
+                sgl += hist[f, b, 0]
+                sgr = sum_g - sgl
+                if nl < min_samples_leaf or shl < min_hessian:
+                    continue
+                if nr < min_samples_leaf or shr < min_hessian:
+                    break
+                vl = min(max(-sgl / (shl + l2 + 1e-15), lower), upper)
+                vr = min(max(-sgr / (shr + l2 + 1e-15), lower), upper)
+                gain = loss_cur
+                gain -= sgl * vl
+                gain -= sgr * vr
+                if gain > best and gain > min_gain:
+                    best = gain
+                    best_thr = s
+                    best_dir = direction
+                    res[q, 1] = sgl
+                    res[q, 2] = shl
+                    res[q, 3] = nl
+        if best_dir == 0:
+            continue
+        res[q, 0] = best
+        lo, hi = (0, best_thr + 1) if best_dir == 1 else (best_thr, n_used)
+        for s in range(lo, hi):
+            b = used[order[s]]
+            bitsets[q, b >> 5] |= np.uint32(1) << np.uint32(b & 31)
+
+
 def _partition_sides(
     keys,
     bins_g,
@@ -391,6 +485,9 @@ def _predict_chunk(
 
 _launcher.register("tree_hist", _hist_tasks)
 _launcher.register("tree_scan", _scan_numeric)
+# Without FMAs: its gains round as the NumPy reference's and scikit-learn's do,
+# so that a categorical split ties with a numeric one as it does there.
+_launcher.register("tree_scan_categorical", _scan_categorical, contract=False)
 _launcher.register("tree_sides", _partition_sides, min_rows=16384)
 _launcher.register("tree_move", _partition_move)
 _launcher.register("tree_predict", _predict_chunk, min_rows=16384)

@@ -654,6 +654,68 @@ def test_threads_do_not_change_the_trees(monkeypatch, loss):
     np.testing.assert_array_equal(one.predict(ds), many.predict(ds))
 
 
+@pytest.mark.parametrize("const_h", [True, False])
+def test_compiled_categorical_scan_matches_the_reference(const_h):
+    """The compiled scan of categorical features gives bitwise the reference's
+    gain (it is compiled without FMAs), left sums and bitset, feature by
+    feature: categories of little support, missing values, ties in the sort
+    order, and features with no valid split."""
+    from ilargi_sklearn._backend import _launcher
+    from ilargi_sklearn.ensemble._splitting import MIN_CAT_SUPPORT, scan_categorical
+
+    if not _launcher.numba_available():
+        pytest.skip("numba is not installed")
+    rng = np.random.default_rng(5)
+    F, n_bins = 40, 256
+    hist = np.zeros((F, n_bins, 3))
+    nbnm = rng.integers(1, 60, F)
+    has_missing = rng.integers(0, 2, F)
+    for f in range(F):
+        counts = rng.integers(0, 40, nbnm[f] + 1).astype(float)
+        counts[rng.random(nbnm[f] + 1) < 0.2] = 0.0
+        bins = np.r_[np.arange(nbnm[f]), n_bins - 1]
+        hist[f, bins, 2] = counts
+        # Rounded gradients: equal ratios, so the stable sort's ties matter.
+        hist[f, bins, 0] = np.round(rng.normal(size=bins.shape[0]), 1) * counts
+        hist[f, bins, 1] = counts * (1.0 if const_h else rng.uniform(0.2, 1.0))
+        if not has_missing[f]:
+            hist[f, n_bins - 1] = 0.0
+    n = float(hist[0, :, 2].sum())
+    sg, sh = float(hist[0, :, 0].sum()), float(hist[0, :, 2 if const_h else 1].sum())
+    args = (n, sg, sh, -sg / sh, -np.inf, np.inf, 0.5, 1e-3, 5, 0.0, const_h)
+    feats = np.arange(F, dtype=np.int64)
+    res = np.empty((F, 4))
+    bitsets = np.empty((F, 8), dtype=np.uint32)
+    _launcher.call(
+        "tree_scan_categorical",
+        hist,
+        feats,
+        nbnm.astype(np.int64),
+        has_missing.astype(np.int64),
+        n_bins - 1,
+        *args[:6],
+        *args[6:8],
+        float(args[8]),
+        *args[9:],
+        MIN_CAT_SUPPORT,
+        res,
+        bitsets,
+    )
+    found = 0
+    for f in range(F):
+        gain, bitset, sgl, shl, nl = scan_categorical(
+            hist[f], nbnm[f], bool(has_missing[f]), n_bins - 1, *args
+        )
+        assert res[f, 0] == gain
+        if bitset is None:
+            assert not bitsets[f].any()
+            continue
+        found += 1
+        np.testing.assert_array_equal(bitsets[f], bitset)
+        assert (res[f, 1], res[f, 2], int(res[f, 3])) == (sgl, shl, nl)
+    assert 5 < found < F
+
+
 def test_grouped_and_rowwise_histograms_agree():
     from ilargi_sklearn.ensemble._histogram import (
         HistogramBuilder,
