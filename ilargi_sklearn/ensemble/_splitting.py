@@ -484,7 +484,7 @@ class Splitter:
         rest = (
             self.l2_regularization,
             self.min_hessian_to_split,
-            self.min_samples_leaf,
+            float(self.min_samples_leaf),
             self.min_gain_to_split,
             self.hessians_are_constant,
         )
@@ -500,9 +500,7 @@ class Splitter:
                     self.has_missing_values,
                     self.missing_values_bin_idx,
                     *args,
-                    *rest[:2],
-                    float(rest[2]),
-                    *rest[3:],
+                    *rest,
                     MIN_CAT_SUPPORT,
                     res,
                     bitsets,

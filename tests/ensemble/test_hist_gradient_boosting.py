@@ -682,7 +682,7 @@ def test_compiled_categorical_scan_matches_the_reference(const_h):
             hist[f, n_bins - 1] = 0.0
     n = float(hist[0, :, 2].sum())
     sg, sh = float(hist[0, :, 0].sum()), float(hist[0, :, 2 if const_h else 1].sum())
-    args = (n, sg, sh, -sg / sh, -np.inf, np.inf, 0.5, 1e-3, 5, 0.0, const_h)
+    args = (n, sg, sh, -sg / sh, -np.inf, np.inf, 0.5, 1e-3, 5.0, 0.0, const_h)
     feats = np.arange(F, dtype=np.int64)
     res = np.empty((F, 4))
     bitsets = np.empty((F, 8), dtype=np.uint32)
@@ -693,10 +693,7 @@ def test_compiled_categorical_scan_matches_the_reference(const_h):
         nbnm.astype(np.int64),
         has_missing.astype(np.int64),
         n_bins - 1,
-        *args[:6],
-        *args[6:8],
-        float(args[8]),
-        *args[9:],
+        *args,
         MIN_CAT_SUPPORT,
         res,
         bitsets,
