@@ -244,6 +244,10 @@ def pandas_reference(spec, tables, keys):
     w_sources = [n for n in prio if "w" in feats[n]]
     columns, names, placed_w, one_hot = [], [], False, False
     for name in order:
+        # A source with a categorical column is one-hot encoded (sparse when
+        # asked), unless it adds no column at all (every categorical value
+        # missing from the joined rows, no other feature): then it is dropped.
+        before, categorical = len(columns), False
         for col in feats[name]:
             s = cur[f"{name}__{col}"]
             if col == "w" and spec["coalesce"]:
@@ -265,7 +269,7 @@ def pandas_reference(spec, tables, keys):
                 cats = sorted(
                     v for v in tables[name][col].dropna().unique() if v in present
                 )
-                one_hot = True
+                categorical = True
                 for c in cats:
                     columns.append((s == c).fillna(False).to_numpy(dtype=np.float64))
                     names.append(f"{name}__{col}_{c}")
@@ -275,6 +279,7 @@ def pandas_reference(spec, tables, keys):
         if indicator[name]:
             columns.append(cur[f"{name}__@m"].notna().to_numpy(dtype=np.float64))
             names.append(f"{name}__matched")
+        one_hot = one_hot or (categorical and len(columns) > before)
     if not columns:  # e.g. a categorical column with only missing values
         return None, "no features selected", ordered, one_hot
     T = np.column_stack(columns).astype(spec["dtype"])
