@@ -11,7 +11,8 @@ Usage::
     python benchmarks/calibrate_default.py --hamlet ../shared/data/hamlet \
         --work /tmp/calib [--budget 600] [--install]
 
-``--install`` copies ``cost_model.cbm`` and ``calibration.jsonl`` into
+``--install`` copies ``cost_model.cbm`` and the records (gzip-compressed,
+``calibration.jsonl.gz``) into
 ``ilargi_sklearn/planner/data/``. ``--estimators ridge,lasso,...`` times only those
 kinds; with ``--extend`` the shipped records are kept and trained on too, and the
 installed records are the shipped ones plus the new (the way a new estimator joins
@@ -29,11 +30,19 @@ when interrupted. Hardware figures are measured into ``WORK/cache`` (set as
 from __future__ import annotations
 
 import argparse
+import gzip
 import logging
 import os
 import shutil
 import time
 from pathlib import Path
+
+
+def _read_text(path: Path) -> str:
+    """A records file's text (gzip-compressed when its name ends in .gz)."""
+    if path.suffix == ".gz":
+        return gzip.decompress(path.read_bytes()).decode()
+    return path.read_text()
 
 
 def main(argv=None):
@@ -65,9 +74,9 @@ def main(argv=None):
     estimators = args.estimators.split(",") if args.estimators else ESTIMATORS
     shipped = Path(shipped_records_path())
     # Read before --install overwrites it.
-    shipped_text = shipped.read_text() if args.extend else ""
+    shipped_text = _read_text(shipped) if args.extend else ""
     added = [Path(p) for p in args.add_records]
-    added_text = "".join(p.read_text() for p in added)
+    added_text = "".join(_read_text(p) for p in added)
     base = ([shipped] if args.extend else []) + added
 
     t0 = time.perf_counter()
@@ -100,7 +109,9 @@ def main(argv=None):
             checksum_path(result.model_path), checksum_path(data / "cost_model.cbm")
         )
         new = (work / "calibration.jsonl").read_text()
-        (data / "calibration.jsonl").write_text(shipped_text + added_text + new)
+        # mtime=0: the same records give the same bytes (no spurious diffs).
+        with gzip.GzipFile(data / shipped.name, "wb", mtime=0) as fh:
+            fh.write((shipped_text + added_text + new).encode())
         print(f"installed into {data}")
 
 
